@@ -1,0 +1,73 @@
+"""Resource usage of a compiled kernel, and occupancy from it."""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from .select import KernelSpec
+from .target import Target
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-kernel resources as the compiler reports them.
+
+    ``registers`` is NVIDIA's per-thread register count or AMD's unified VGPR (+AGPR) count; ``spill_bytes`` is
+    NVIDIA spill stores + loads or AMD VGPR/SGPR spills; ``scratch_bytes`` is the stack frame / private segment.
+    """
+
+    registers: int
+    static_smem: int
+    spill_bytes: int
+    scratch_bytes: int
+    wavefront_size: int = 0
+    agprs: int = 0
+    sgprs: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas_log(log: str) -> Resources:
+    """Read registers, stack, spills and static shared memory from a ``-Xptxas=-v`` log (one kernel)."""
+    regs = _PTXAS_REGS.search(log)
+    frame = _PTXAS_FRAME.search(log)
+    if regs is None or frame is None:
+        raise ValueError(f"no ptxas resource line in the compiler log:\n{log}")
+    smem = _PTXAS_SMEM.search(log)
+    return Resources(
+        registers=int(regs.group(1)),
+        static_smem=int(smem.group(1)) if smem else 0,
+        spill_bytes=int(frame.group(2)) + int(frame.group(3)),
+        scratch_bytes=int(frame.group(1)),
+        wavefront_size=32,
+    )
+
+
+def nvidia_blocks_per_sm(res: Resources, spec: KernelSpec, target: Target) -> int:
+    """Resident blocks per SM: limited by registers, shared memory, threads and the block slot count."""
+    threads = spec.tile.threads
+    warps = -(-threads // 32)
+    regs_per_warp = -(-max(res.registers, 1) * 32 // 256) * 256
+    by_regs = (65536 // regs_per_warp) // warps
+    smem = res.static_smem + spec.smem_bytes + 1024  # the runtime reserves 1 KiB per block
+    by_smem = target.smem_per_multiprocessor // smem
+    return max(0, min(by_regs, by_smem, 2048 // threads, 32))
+
+
+def amd_waves_per_simd(res: Resources, spec: KernelSpec) -> int:
+    """Waves per SIMD on CDNA (4 SIMDs/CU, 512 unified VGPRs/lane, 64 KiB LDS/CU), whole workgroups only."""
+    vgprs = -(-max(res.registers, 1) // 8) * 8
+    by_vgpr = min(8, 512 // vgprs)
+    waves_per_group = -(-spec.tile.threads // 64)
+    lds = res.static_smem + spec.smem_bytes
+    lds_granules = -(-lds // 512) * 512
+    groups_by_lds = 65536 // lds_granules if lds_granules else 32
+    groups_by_vgpr = (by_vgpr * 4) // waves_per_group
+    groups = min(groups_by_lds, groups_by_vgpr, 32)
+    return (groups * waves_per_group) // 4

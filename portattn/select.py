@@ -1,0 +1,124 @@
+"""Kernel choice: which kernel and which tile configuration for a target, dtype and head dim.
+
+Tuning is data: ``TILE_TABLE`` maps (arch family, dtype, head dim) to a tile configuration. A row that is not
+in the table is not supported, and the error says what is.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import UnsupportedTargetError
+from .target import Target
+
+HEAD_DIMS = (32, 64, 96, 128, 256)
+DTYPES = ("float32",)
+
+# arch -> family; the family keys the tuning table.
+ARCH_FAMILY: dict[str, str] = {
+    "sm_80": "sm80",
+    "sm_86": "sm86",
+    "sm_89": "sm86",
+    "sm_90": "sm90",
+    "gfx908": "cdna1",
+    "gfx90a": "cdna2",
+    "gfx942": "cdna3",
+    "gfx1100": "rdna3",
+}
+
+# Kernel families: source file and entry point, by dtype.
+KERNELS: dict[str, tuple[str, str]] = {
+    "float32": ("flash_fwd_f32.cu", "pa_flash_fwd_f32"),
+}
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    block_m: int  # query rows per block
+    block_n: int  # keys per streamed tile
+    threads: int  # threads per block
+
+
+def _fp32_rows(cfg: dict[int, tuple[int, int, int]]) -> dict[tuple[str, int], TileConfig]:
+    return {("float32", d): TileConfig(*v) for d, v in cfg.items()}
+
+
+_NV_LARGE_SMEM = _fp32_rows({32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 64, 256), 128: (64, 64, 256),
+                             256: (64, 64, 256)})
+_NV_SMALL_SMEM = _fp32_rows({32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 64, 256), 128: (64, 64, 256),
+                             256: (32, 32, 128)})
+# 64 KiB of LDS per CU: 8-wave workgroups under 64 KiB keep two waves on each SIMD.
+_AMD = _fp32_rows({32: (64, 32, 512), 64: (64, 32, 512), 96: (64, 32, 512), 128: (64, 32, 512),
+                   256: (32, 16, 512)})
+
+TILE_TABLE: dict[str, dict[tuple[str, int], TileConfig]] = {
+    "sm80": _NV_LARGE_SMEM,
+    "sm86": _NV_SMALL_SMEM,
+    "sm90": _NV_LARGE_SMEM,
+    "cdna1": _AMD,
+    "cdna2": _AMD,
+    "cdna3": _AMD,
+    "rdna3": _AMD,
+}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything needed to build and launch one kernel variant."""
+
+    filename: str
+    function: str
+    dtype: str
+    head_dim: int
+    tile: TileConfig
+    lanes: int
+
+    @property
+    def defines(self) -> dict[str, int]:
+        return {
+            "PA_WARP_SIZE": self.lanes,
+            "PA_HEAD_DIM": self.head_dim,
+            "PA_BLOCK_M": self.tile.block_m,
+            "PA_BLOCK_N": self.tile.block_n,
+            "PA_THREADS": self.tile.threads,
+        }
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory: Q tile, K/V tile (padded rows) and the probability tile, float32."""
+        t, ld = self.tile, self.head_dim + 4
+        return 4 * (t.block_m * ld + t.block_n * ld + t.block_m * (t.block_n + 4))
+
+    @property
+    def label(self) -> str:
+        t = self.tile
+        return f"{self.function}[d={self.head_dim},{t.block_m}x{t.block_n},{t.threads}t,{self.lanes}l]"
+
+
+def family(target: Target) -> str:
+    try:
+        return ARCH_FAMILY[target.arch]
+    except KeyError:
+        raise UnsupportedTargetError(
+            f"no kernel configuration for arch {target.arch!r}; supported: {', '.join(ARCH_FAMILY)}"
+        ) from None
+
+
+def select(target: Target, dtype: str, head_dim: int) -> KernelSpec:
+    """The kernel variant for ``dtype`` and ``head_dim`` on ``target``."""
+    table = TILE_TABLE[family(target)]
+    if dtype not in KERNELS:
+        raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head dim {head_dim} is not supported; supported: {', '.join(map(str, HEAD_DIMS))}")
+    filename, function = KERNELS[dtype]
+    spec = KernelSpec(filename, function, dtype, head_dim, table[(dtype, head_dim)], target.lanes)
+    if spec.smem_bytes > target.smem_per_block:
+        raise UnsupportedTargetError(
+            f"{spec.label} needs {spec.smem_bytes} bytes of shared memory, {target.arch} allows {target.smem_per_block}"
+        )
+    return spec
+
+
+def shipped_variants(target: Target) -> list[KernelSpec]:
+    """Every kernel variant portattn would use on ``target``."""
+    return [select(target, dtype, d) for dtype in DTYPES for d in HEAD_DIMS]

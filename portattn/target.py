@@ -1,0 +1,93 @@
+"""What a kernel is built for: vendor, arch, lanes per wave and the limits the selector needs.
+
+``Target.detect(device)`` reads them from torch; ``Target.for_arch("sm_90")`` gives the same description for
+a named arch without a GPU (compile-only work: reports, CI).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from .errors import UnsupportedTargetError
+
+# arch -> (lanes, multiprocessors, shared memory per block (opt-in max), shared memory per multiprocessor)
+# Multiprocessor counts are those of the common part (A100, H100 SXM, MI210...): used offline only.
+_KNOWN_ARCHS: dict[str, tuple[int, int, int, int]] = {
+    "sm_80": (32, 108, 166912, 167936),
+    "sm_86": (32, 84, 101376, 102400),
+    "sm_89": (32, 128, 101376, 102400),
+    "sm_90": (32, 132, 232448, 233472),
+    "gfx908": (64, 120, 65536, 65536),
+    "gfx90a": (64, 104, 65536, 65536),
+    "gfx942": (64, 304, 65536, 65536),
+    "gfx1100": (32, 48, 65536, 65536),
+}
+
+LANES_ENV = "PORTATTN_LANES"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A GPU as the kernel compiler and selector see it."""
+
+    vendor: str  # "cuda" or "hip"
+    arch: str  # "sm_90", "gfx90a", ...
+    lanes: int  # lanes per wave the kernels are built for
+    multiprocessors: int
+    smem_per_block: int  # bytes a block may use (opt-in maximum)
+    smem_per_multiprocessor: int
+    native_lanes: int = 0  # the hardware's wave size; 0 means "same as lanes"
+
+    @property
+    def hardware_lanes(self) -> int:
+        return self.native_lanes or self.lanes
+
+    @classmethod
+    def for_arch(cls, arch: str, lanes: int | None = None) -> "Target":
+        """The target for a named arch, without touching a GPU."""
+        if arch not in _KNOWN_ARCHS:
+            raise UnsupportedTargetError(f"unknown arch {arch!r}; known: {', '.join(sorted(_KNOWN_ARCHS))}")
+        native, sms, smem_block, smem_sm = _KNOWN_ARCHS[arch]
+        vendor = "hip" if arch.startswith("gfx") else "cuda"
+        return cls(vendor, arch, native, sms, smem_block, smem_sm).with_lanes(lanes)
+
+    @classmethod
+    def detect(cls, device: "object") -> "Target":
+        """Describe the GPU behind a torch device; honours ``PORTATTN_LANES``."""
+        import torch
+
+        dev = torch.device(device)
+        if dev.type != "cuda":
+            raise UnsupportedTargetError(f"portattn needs a GPU tensor, got device {dev}")
+        props = torch.cuda.get_device_properties(dev)
+        if torch.version.hip is not None:
+            vendor = "hip"
+            arch = str(getattr(props, "gcnArchName", "")).split(":")[0]
+        else:
+            vendor = "cuda"
+            arch = f"sm_{props.major}{props.minor}"
+        known = _KNOWN_ARCHS.get(arch)
+        lanes = int(getattr(props, "warp_size", 0) or (known[0] if known else (64 if vendor == "hip" else 32)))
+        smem_block = int(getattr(props, "shared_memory_per_block_optin", 0) or (known[2] if known else 49152))
+        smem_sm = int(getattr(props, "shared_memory_per_multiprocessor", 0) or (known[3] if known else smem_block))
+        target = cls(vendor, arch, lanes, int(props.multi_processor_count), smem_block, smem_sm)
+        env = os.environ.get(LANES_ENV, "").strip()
+        return target.with_lanes(int(env) if env else None)
+
+    def with_lanes(self, lanes: int | None) -> "Target":
+        """This target built for ``lanes`` lanes per wave (None: the hardware's own)."""
+        if lanes is None or lanes == self.hardware_lanes:
+            return replace(self, lanes=self.hardware_lanes, native_lanes=0)
+        raise UnsupportedTargetError(
+            f"{self.arch} runs {self.hardware_lanes}-lane waves; lanes={lanes} is not supported "
+            f"(set {LANES_ENV} to {self.hardware_lanes} or leave it unset)"
+        )
+
+    @property
+    def emulated(self) -> bool:
+        """True when the kernels' lane count differs from the hardware's (a verification mode)."""
+        return self.lanes != self.hardware_lanes
+
+    def __str__(self) -> str:
+        extra = f", emulated on {self.hardware_lanes}-lane hardware" if self.emulated else ""
+        return f"{self.vendor}:{self.arch} ({self.lanes} lanes{extra})"

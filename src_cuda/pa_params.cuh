@@ -1,0 +1,19 @@
+// Launch parameters shared by the forward kernels. The host mirrors this layout field for field
+// (portattn/launch_params.py); keep the two in step.
+#pragma once
+
+struct PaFwdParams {
+    const void* q;  // [B, Hq, Nq, D], element strides below, unit stride along D
+    const void* k;  // [B, Hk, Nk, D]
+    const void* v;  // [B, Hk, Nk, D]
+    void* o;        // [B, Hq, Nq, D]
+    float* lse;     // [B, Hq, Nq] contiguous, natural log; null when not requested
+    pa_i64 q_sb, q_sh, q_sn;
+    pa_i64 k_sb, k_sh, k_sn;
+    pa_i64 v_sb, v_sh, v_sn;
+    pa_i64 o_sb, o_sh, o_sn;
+    int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
+    int causal;        // 1: key j is visible to query i only when j <= i (upper-left aligned)
+    float scale_log2;  // softmax scale times log2(e)
+    int num_m_blocks;  // ceil(seqlen_q / PA_BLOCK_M)
+};
