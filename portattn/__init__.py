@@ -5,6 +5,7 @@ __version__ = "0.1.0"
 
 from .errors import CompileError, DriverError, PortattnError, UnsupportedTargetError  # noqa: E402
 from .target import Target  # noqa: E402
+from .api import attention, scaled_dot_product_attention  # noqa: E402
 
 __all__ = [
     "CompileError",
@@ -12,5 +13,7 @@ __all__ = [
     "PortattnError",
     "Target",
     "UnsupportedTargetError",
+    "attention",
+    "scaled_dot_product_attention",
     "__version__",
 ]

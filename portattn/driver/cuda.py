@@ -1,0 +1,103 @@
+"""NVIDIA driver layer: load cubins into torch's primary context and launch on a given stream."""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from ..errors import DriverError
+
+_DEFAULT_SMEM_LIMIT = 48 * 1024
+
+
+def _driver():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def _check(result, call: str):
+    drv = _driver()
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        _, name = drv.cuGetErrorName(err)
+        raise DriverError("cuda", call, err, name.decode() if isinstance(name, bytes) else str(name))
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+_contexts: dict[int, object] = {}
+
+
+def _primary_context(device_index: int):
+    """The device's primary context (the one torch uses), retained once per process."""
+    ctx = _contexts.get(device_index)
+    if ctx is None:
+        drv = _driver()
+        _check(drv.cuInit(0), "cuInit")
+        dev = _check(drv.cuDeviceGet(device_index), "cuDeviceGet")
+        ctx = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        _contexts[device_index] = ctx
+    return ctx
+
+
+class _Current:
+    """Make the device's primary context current for a block, restoring the caller's afterwards."""
+
+    def __init__(self, device_index: int) -> None:
+        self.ctx = _primary_context(device_index)
+        self.pushed = False
+
+    def __enter__(self) -> None:
+        drv = _driver()
+        current = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if int(current) != int(self.ctx):
+            _check(drv.cuCtxPushCurrent(self.ctx), "cuCtxPushCurrent")
+            self.pushed = True
+
+    def __exit__(self, *exc) -> None:
+        if self.pushed:
+            _check(_driver().cuCtxPopCurrent(), "cuCtxPopCurrent")
+
+
+@dataclass
+class Function:
+    handle: object
+    name: str
+    device_index: int
+    smem_limit: int = _DEFAULT_SMEM_LIMIT
+
+
+class Module:
+    def __init__(self, handle: object, device_index: int) -> None:
+        self.handle = handle
+        self.device_index = device_index
+
+    def function(self, name: str) -> Function:
+        with _Current(self.device_index):
+            fn = _check(_driver().cuModuleGetFunction(self.handle, name.encode()), f"cuModuleGetFunction({name})")
+        return Function(fn, name, self.device_index)
+
+
+def load(binary: bytes, device_index: int) -> Module:
+    """Load a cubin into the device's primary context."""
+    with _Current(device_index):
+        handle = _check(_driver().cuModuleLoadData(binary), "cuModuleLoadData")
+    return Module(handle, device_index)
+
+
+def launch(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
+           params: ctypes.Structure, stream_handle: int) -> None:
+    """Launch ``fn`` with one by-value struct argument on the stream ``stream_handle``."""
+    drv = _driver()
+    with _Current(fn.device_index):
+        if smem_bytes > fn.smem_limit:
+            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(drv.cuFuncSetAttribute(fn.handle, attr, smem_bytes), "cuFuncSetAttribute")
+            fn.smem_limit = smem_bytes
+        args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+        _check(
+            drv.cuLaunchKernel(fn.handle, *grid, *block, smem_bytes, drv.CUstream(stream_handle),
+                               ctypes.addressof(args), 0),
+            f"cuLaunchKernel({fn.name})",
+        )

@@ -1,0 +1,76 @@
+"""Running the forward kernel on torch tensors: target, variant, compiled module, parameters, launch."""
+from __future__ import annotations
+
+import os
+import threading
+
+import torch
+
+from .compile import compile_kernel
+from .driver import driver_for
+from .launch_params import FwdParams
+from .select import KernelSpec, select
+from .target import LANES_ENV, Target
+
+_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+_targets: dict[tuple[int, str], Target] = {}
+_functions: dict[tuple[int, str], object] = {}
+_lock = threading.Lock()
+
+
+def target_for(device: torch.device) -> Target:
+    """The (cached) target of a torch GPU device, honouring ``PORTATTN_LANES``."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (index, os.environ.get(LANES_ENV, ""))
+    with _lock:
+        target = _targets.get(key)
+    if target is None:
+        target = Target.detect(torch.device("cuda", index))
+        with _lock:
+            _targets[key] = target
+    return target
+
+
+def _function(target: Target, spec: KernelSpec, device_index: int):
+    compiled = compile_kernel(spec, target)
+    key = (device_index, compiled.key)
+    with _lock:
+        fn = _functions.get(key)
+    if fn is None:
+        drv = driver_for(target.vendor)
+        fn = drv.load(compiled.binary, device_index).function(spec.function)
+        with _lock:
+            _functions[key] = fn
+    return fn
+
+
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    """Element strides of dims 0..2; a size-1 dim gets stride 0 (it is never stepped)."""
+    return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
+
+
+def run_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
+                causal: bool, scale: float) -> None:
+    """Launch the forward kernel. Inputs are validated, non-empty and in a layout the kernel takes."""
+    target = target_for(q.device)
+    spec = select(target, _DTYPE_NAMES[q.dtype], q.shape[-1])
+    fn = _function(target, spec, q.device.index)
+    batch, heads_q, seqlen_q, _ = q.shape
+    _, heads_kv, seqlen_k, _ = k.shape
+    num_m_blocks = -(-seqlen_q // spec.tile.block_m)
+    blocks = num_m_blocks * batch * heads_q
+    if blocks >= 2**31:
+        raise ValueError(f"problem too large: {blocks} blocks (batch * heads * query blocks must be < 2**31)")
+    p = FwdParams(
+        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(),
+        lse=lse.data_ptr() if lse is not None else None,
+        batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+        causal=int(causal), scale_log2=scale * 1.4426950408889634, num_m_blocks=num_m_blocks,
+    )
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
+        sb, sh, sn = _strides(t)
+        setattr(p, f"{name}_sb", sb)
+        setattr(p, f"{name}_sh", sh)
+        setattr(p, f"{name}_sn", sn)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    driver_for(target.vendor).launch(fn, (blocks, 1, 1), (spec.tile.threads, 1, 1), spec.smem_bytes, p, stream)

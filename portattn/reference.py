@@ -1,0 +1,38 @@
+"""Float64 reference attention, used by the tests, the demo and the benchmark checks."""
+from __future__ import annotations
+
+import torch
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact softmax attention in float64; returns (out, natural-log LSE). Inputs ``[B, H, N, d]``."""
+    d = q.shape[-1]
+    scale = d**-0.5 if scale is None else scale
+    group = q.shape[1] // k.shape[1]
+    out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=torch.float64, device=q.device)
+    nq, nk = q.shape[2], k.shape[2]
+    mask = torch.ones(nq, nk, dtype=torch.bool, device=q.device).triu(1) if causal else None
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            s = (q[b, h].double() @ k[b, h // group].double().T) * scale
+            if mask is not None:
+                s = s.masked_fill(mask, float("-inf"))
+            m = s.amax(-1, keepdim=True)
+            e = torch.exp(s - m)
+            total = e.sum(-1, keepdim=True)
+            out[b, h] = (e / total) @ v[b, h // group].double()
+            lse[b, h] = (m + torch.log(total)).squeeze(-1)
+    return out, lse
+
+
+def relative_error(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖x − ref‖ / ‖ref‖ in float64; NaN when x has NaN where ref has none."""
+    x64 = x.double()
+    if bool((torch.isnan(x64) & ~torch.isnan(ref)).any()):
+        return float("nan")
+    finite = torch.isfinite(ref)
+    num = torch.linalg.vector_norm((x64 - ref)[finite])
+    den = torch.linalg.vector_norm(ref[finite])
+    return float(num / den) if den > 0 else float(num)

@@ -1,0 +1,50 @@
+"""Resource report: every shipped kernel variant compiled for a target arch, with its resources and occupancy.
+
+Works without a GPU: it only compiles.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .compile import compile_kernel
+from .compile.cache import DiskCache
+from .resources import Resources, amd_waves_per_simd, nvidia_blocks_per_sm
+from .select import KernelSpec, shipped_variants
+from .target import Target
+
+REPORT_ARCHS = ("sm_80", "sm_90", "gfx90a")
+
+
+@dataclass
+class ReportRow:
+    arch: str
+    spec: KernelSpec
+    resources: Resources
+    occupancy: str
+
+
+def occupancy(res: Resources, spec: KernelSpec, target: Target) -> str:
+    if target.vendor == "hip":
+        return f"{amd_waves_per_simd(res, spec)} waves/SIMD"
+    return f"{nvidia_blocks_per_sm(res, spec, target)} blocks/SM"
+
+
+def report_rows(target: Target, cache: DiskCache | None = None) -> list[ReportRow]:
+    rows = []
+    for spec in shipped_variants(target):
+        res = compile_kernel(spec, target, cache).resources
+        rows.append(ReportRow(target.arch, spec, res, occupancy(res, spec, target)))
+    return rows
+
+
+def format_rows(rows: list[ReportRow]) -> str:
+    head = ["arch", "kernel", "d", "tile", "threads", "regs (VGPR+AGPR)", "smem/LDS bytes", "spill", "scratch",
+            "occupancy"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        regs = str(r.resources.registers) + (f" ({r.resources.agprs} AGPR)" if r.resources.agprs else "")
+        cells = [r.arch, r.spec.function, str(r.spec.head_dim), f"{r.spec.tile.block_m}x{r.spec.tile.block_n}",
+                 str(r.spec.tile.threads), regs, str(r.resources.static_smem + r.spec.smem_bytes),
+                 str(r.resources.spill_bytes), str(r.resources.scratch_bytes), r.occupancy]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
