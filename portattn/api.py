@@ -44,14 +44,17 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, t in (("k", k), ("v", v)):
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; all inputs must be on one device")
-    if q.device.type != "cuda":
-        raise ValueError(f"portattn runs on a GPU: q is on {q.device}, move q, k and v to a CUDA/ROCm device")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise NotImplementedError("portattn has no backward pass yet: inputs must not require grad "
                                   "(use torch.no_grad() or detach them)")
 
 
-def _check_out(out: object, q: torch.Tensor) -> torch.Tensor:
+def _check_gpu(q: torch.Tensor) -> None:
+    if q.device.type != "cuda":
+        raise ValueError(f"portattn runs on a GPU: q is on {q.device}, move q, k and v to a CUDA/ROCm device")
+
+
+def _check_out(out: object, q: torch.Tensor) -> None:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
@@ -59,7 +62,6 @@ def _check_out(out: object, q: torch.Tensor) -> torch.Tensor:
                          f"shape {tuple(out.shape)}, dtype {out.dtype}, device {out.device}")
     if q.numel() and out.stride(3) != 1:
         raise ValueError("out must have unit stride along head_dim")
-    return out
 
 
 def _kernel_layout(t: torch.Tensor) -> torch.Tensor:
@@ -91,7 +93,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         scale = 1.0 / math.sqrt(q.shape[3])
     elif isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale):
         raise TypeError(f"scale must be a finite real number or None, got {scale!r}")
-    out = torch.empty_like(q) if out is None else _check_out(out, q)
+    if out is not None:
+        _check_out(out, q)
+    _check_gpu(q)
+    out = torch.empty_like(q) if out is None else out
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if return_lse else None
     if q.numel() == 0:
         pass

@@ -42,9 +42,9 @@ def _fp32_rows(cfg: dict[int, tuple[int, int, int]]) -> dict[tuple[str, int], Ti
     return {("float32", d): TileConfig(*v) for d, v in cfg.items()}
 
 
-_NV_LARGE_SMEM = _fp32_rows({32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 64, 256), 128: (64, 64, 256),
+_NV_LARGE_SMEM = _fp32_rows({32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 32, 256), 128: (64, 64, 256),
                              256: (64, 64, 256)})
-_NV_SMALL_SMEM = _fp32_rows({32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 64, 256), 128: (64, 64, 256),
+_NV_SMALL_SMEM = _fp32_rows({32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 32, 256), 128: (64, 64, 256),
                              256: (32, 32, 128)})
 # 64 KiB of LDS per CU: 8-wave workgroups under 64 KiB keep two waves on each SIMD.
 _AMD = _fp32_rows({32: (64, 32, 512), 64: (64, 32, 512), 96: (64, 32, 512), 128: (64, 32, 512),

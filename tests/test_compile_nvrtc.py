@@ -1,0 +1,118 @@
+"""NVRTC builds of every shipped variant, the compile cache and compile errors (no GPU needed)."""
+import shutil
+
+import pytest
+
+import portattn.sources as sources
+from portattn import CompileError
+from portattn.compile import clear_memory_cache, compile_kernel
+from portattn.compile.cache import DiskCache
+from portattn.resources import nvidia_blocks_per_sm
+from portattn.select import KernelSpec, shipped_variants
+from portattn.target import Target
+
+pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is not installed")
+
+ARCHS = ("sm_80", "sm_90")
+
+
+@pytest.fixture
+def cache(tmp_path):
+    clear_memory_cache()
+    yield DiskCache(tmp_path / "cache")
+    clear_memory_cache()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_variant_compiles_without_spills(arch, cache):
+    target = Target.for_arch(arch)
+    specs = shipped_variants(target)
+    assert {s.head_dim for s in specs} == {32, 64, 96, 128, 256}
+    for spec in specs:
+        k = compile_kernel(spec, target, cache)
+        res = k.resources
+        assert k.binary[:4] == b"\x7fELF", "NVRTC must give a cubin, not PTX"
+        assert res.spill_bytes == 0 and res.scratch_bytes == 0, f"{spec.label} on {arch}: {res}"
+        assert 0 < res.registers <= 255
+        assert res.static_smem + spec.smem_bytes <= target.smem_per_block
+        assert nvidia_blocks_per_sm(res, spec, target) >= 1, f"{spec.label} cannot be resident on {arch}"
+
+
+@pytest.fixture
+def src_copy(tmp_path, monkeypatch):
+    """A private copy of the CUDA source tree that compile_kernel reads from."""
+    root = tmp_path / "src_cuda"
+    shutil.copytree(sources.source_dir("cuda"), root)
+    monkeypatch.setattr(sources, "source_dir", lambda vendor: root)
+    return root
+
+
+def _spec() -> tuple[KernelSpec, Target]:
+    target = Target.for_arch("sm_90")
+    return shipped_variants(target)[0], target
+
+
+def test_cache_miss_then_hit_then_invalidation(src_copy, cache):
+    spec, target = _spec()
+    first = compile_kernel(spec, target, cache)
+    assert not first.from_disk and len(cache.entries()) == 1
+    assert compile_kernel(spec, target, cache) is first  # in-memory
+    clear_memory_cache()
+    again = compile_kernel(spec, target, cache)
+    assert again.from_disk and again.binary == first.binary and again.key == first.key
+    assert again.resources == first.resources
+    # A change in any header invalidates the entry.
+    header = src_copy / "pa_prelude.cuh"
+    header.write_text(header.read_text() + "\n// edited\n")
+    changed = compile_kernel(spec, target, cache)
+    assert changed.key != first.key and not changed.from_disk and len(cache.entries()) == 2
+
+
+def test_cache_key_covers_options_and_arch(cache):
+    spec, target = _spec()
+    a = compile_kernel(spec, target, cache)
+    b = compile_kernel(spec, Target.for_arch("sm_80"), cache)
+    other = KernelSpec(spec.filename, spec.function, spec.dtype, 64, spec.tile, spec.lanes)
+    c = compile_kernel(other, target, cache)
+    assert len({a.key, b.key, c.key}) == 3
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
+def test_corrupted_entry_is_recompiled(src_copy, cache, damage):
+    spec, target = _spec()
+    good = compile_kernel(spec, target, cache)
+    path = cache.path(good.key)
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0xFF
+    elif damage == "truncate":
+        data = data[: len(data) // 3]
+    else:
+        data = bytearray(b"not a cache entry")
+    path.write_bytes(bytes(data))
+    assert cache.get(good.key) is None
+    clear_memory_cache()
+    again = compile_kernel(spec, target, cache)
+    assert not again.from_disk and again.binary == good.binary
+    assert cache.get(good.key) is not None, "the entry is rewritten whole"
+
+
+def test_cache_dir_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("PORTATTN_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert DiskCache().directory == tmp_path / "elsewhere"
+
+
+def test_compile_error_carries_log_and_source(src_copy, cache):
+    spec, target = _spec()
+    kernel = src_copy / spec.filename
+    lines = kernel.read_text().splitlines()
+    lines.insert(30, "this is not C++;")
+    kernel.write_text("\n".join(lines))
+    with pytest.raises(CompileError) as info:
+        compile_kernel(spec, target, cache)
+    err = info.value
+    assert err.backend == "nvrtc" and err.arch == "sm_90"
+    assert "--gpu-architecture=sm_90" in err.options and "-DPA_HEAD_DIM=32" in err.options
+    assert "error" in err.log and f"{spec.filename}(31)" in err.log
+    assert "31 | this is not C++;" in err.dump()
+    assert "sm_90" in str(err) and "error" in str(err)
