@@ -1,0 +1,100 @@
+"""Target detection and the selector's tables, with fake devices for each arch family (no GPU needed)."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from portattn import UnsupportedTargetError
+from portattn.select import ARCH_FAMILY, HEAD_DIMS, family, select, shipped_variants
+from portattn.target import Target
+
+EXPECTED = {  # arch -> (vendor, lanes, family)
+    "sm_80": ("cuda", 32, "sm80"),
+    "sm_90": ("cuda", 32, "sm90"),
+    "gfx90a": ("hip", 64, "cdna2"),
+    "gfx908": ("hip", 64, "cdna1"),
+    "gfx942": ("hip", 64, "cdna3"),
+    "gfx1100": ("hip", 32, "rdna3"),
+}
+
+
+def fake_props(arch: str, **extra):
+    if arch.startswith("sm_"):
+        major, minor = int(arch[3]), int(arch[4])
+        props = dict(major=major, minor=minor, multi_processor_count=132, warp_size=32,
+                     shared_memory_per_block_optin=232448, shared_memory_per_multiprocessor=233472)
+    else:
+        lanes = 32 if arch.startswith("gfx11") else 64
+        props = dict(major=9, minor=0, gcnArchName=f"{arch}:sramecc+:xnack-", multi_processor_count=104,
+                     warp_size=lanes, shared_memory_per_block_optin=65536, shared_memory_per_multiprocessor=65536)
+    props.update(extra)
+    return SimpleNamespace(**props)
+
+
+@pytest.fixture
+def fake_device(monkeypatch):
+    def install(arch: str, **extra):
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: fake_props(arch, **extra))
+        monkeypatch.setattr(torch.version, "hip", None if arch.startswith("sm_") else "6.2.0", raising=False)
+        return Target.detect(torch.device("cuda", 0))
+
+    monkeypatch.delenv("PORTATTN_LANES", raising=False)
+    return install
+
+
+@pytest.mark.parametrize("arch", sorted(EXPECTED))
+def test_detect_and_select(fake_device, arch):
+    vendor, lanes, fam = EXPECTED[arch]
+    target = fake_device(arch)
+    assert (target.vendor, target.arch, target.lanes, family(target)) == (vendor, arch, lanes, fam)
+    for d in HEAD_DIMS:
+        spec = select(target, "float32", d)
+        assert spec.defines["PA_WARP_SIZE"] == lanes and spec.defines["PA_HEAD_DIM"] == d
+        assert spec.smem_bytes <= target.smem_per_block
+        assert spec.tile.threads % lanes == 0
+    assert len(shipped_variants(target)) == len(HEAD_DIMS)
+
+
+@pytest.mark.parametrize("arch", ["gfx908", "gfx90a", "gfx942"])
+def test_cdna_tiles_fit_two_waves_per_simd_by_lds(arch):
+    target = Target.for_arch(arch)
+    for spec in shipped_variants(target):
+        waves = spec.tile.threads // 64
+        groups = 65536 // spec.smem_bytes
+        assert groups * waves >= 8, f"{spec.label}: LDS alone allows only {groups * waves} waves per CU"
+
+
+def test_offline_and_detected_targets_agree(fake_device):
+    assert fake_device("gfx90a") == Target("hip", "gfx90a", 64, 104, 65536, 65536) == Target.for_arch("gfx90a")
+    assert Target.for_arch("sm_90").smem_per_block == 232448
+
+
+def test_unknown_arch_is_refused_with_the_supported_list(fake_device):
+    target = fake_device("sm_75")
+    with pytest.raises(UnsupportedTargetError, match="no kernel configuration for arch 'sm_75'; supported: sm_80"):
+        select(target, "float32", 64)
+    with pytest.raises(UnsupportedTargetError, match="known: gfx1100, gfx908, gfx90a"):
+        Target.for_arch("gfx803")
+    assert set(ARCH_FAMILY) == set(EXPECTED) | {"sm_86", "sm_89"}
+
+
+def test_lanes_override(fake_device, monkeypatch):
+    monkeypatch.setenv("PORTATTN_LANES", "32")
+    assert fake_device("sm_90").lanes == 32
+    monkeypatch.setenv("PORTATTN_LANES", "64")
+    with pytest.raises(UnsupportedTargetError, match="PORTATTN_LANES"):
+        fake_device("sm_90")
+
+
+def test_smem_limit_is_enforced(fake_device):
+    small = fake_device("sm_90", shared_memory_per_block_optin=48 * 1024)
+    with pytest.raises(UnsupportedTargetError, match="needs 150528 bytes of shared memory"):
+        select(small, "float32", 256)
+
+
+def test_unsupported_dtype_and_head_dim():
+    target = Target.for_arch("sm_90")
+    with pytest.raises(NotImplementedError, match="float16"):
+        select(target, "float16", 64)
+    with pytest.raises(ValueError, match="head dim 80 is not supported"):
+        select(target, "float32", 80)
