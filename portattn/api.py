@@ -66,11 +66,11 @@ def _check_out(out: object, q: torch.Tensor) -> None:
 
 def _kernel_layout(t: torch.Tensor) -> torch.Tensor:
     """``t`` itself when the kernel can read it in place (unit stride along head_dim, 16-byte aligned rows),
-    else a contiguous copy."""
+    else a fresh contiguous copy."""
     aligned = t.stride(3) == 1 and t.data_ptr() % 16 == 0 and all(
         t.shape[i] == 1 or t.stride(i) % 4 == 0 for i in range(3)
     )
-    return t if aligned else t.contiguous()
+    return t if aligned else torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

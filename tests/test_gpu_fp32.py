@@ -63,6 +63,26 @@ def test_unaligned_strides_are_copied(gen):
     check(q, k, v)
 
 
+def test_misaligned_base_pointer_is_copied(gen):
+    n = 2 * 3 * 50 * 64
+    q, k, v = (rand(gen, n + 1)[1:].view(2, 3, 50, 64) for _ in range(3))
+    assert q.is_contiguous() and q.data_ptr() % 16 != 0
+    check(q, k, v, causal=True)
+
+
+def test_offsets_beyond_32_bits(gen):
+    b, h, n, d = 4096, 16, 1024, 32  # 2**31 elements per tensor
+    q, k, v = (torch.empty(b, h, n, d, device="cuda").normal_(generator=gen) for _ in range(3))
+    out = torch.full_like(q, float("nan"))
+    portattn.attention(q, k, v, causal=True, out=out)
+    for bi, hi in ((0, 0), (b - 1, h - 1), (b // 2 + 1, 7)):
+        s = slice(bi, bi + 1), slice(hi, hi + 1)
+        ref, _ = reference_attention(q[s], k[s], v[s], True)
+        assert relative_error(out[s], ref) <= TOL, (bi, hi)
+    del q, k, v, out
+    torch.cuda.empty_cache()
+
+
 def test_custom_scale(gen):
     q, k, v = (rand(gen, 1, 2, 200, 64) for _ in range(3))
     check(q, k, v, scale=0.3)
