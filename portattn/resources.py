@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import asdict, dataclass
 
 from .select import KernelSpec
@@ -47,6 +48,55 @@ def parse_ptxas_log(log: str) -> Resources:
         scratch_bytes=int(frame.group(1)),
         wavefront_size=32,
     )
+
+
+_EIATTR_FRAME_SIZE = 0x11
+_EIATTR_REGCOUNT = 0x2F
+_EIFMT_SVAL = 0x04
+
+
+def _elf_sections(elf: bytes) -> dict[str, bytes | int]:
+    """ELF64 section name -> contents (or size, for sections without file data)."""
+    (shoff,) = struct.unpack_from("<Q", elf, 0x28)
+    entsize, count, strndx = struct.unpack_from("<HHH", elf, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * entsize) for i in range(count)]
+    names = headers[strndx][4]
+    out: dict[str, bytes | int] = {}
+    for name_off, kind, _, _, off, size, *_ in headers:
+        name = elf[names + name_off : elf.index(b"\0", names + name_off)].decode()
+        out[name] = size if kind == 8 else elf[off : off + size]  # 8: SHT_NOBITS
+    return out
+
+
+def parse_cubin(cubin: bytes, function: str) -> Resources:
+    """Registers, stack frame and static shared memory of ``function`` from a cubin's ``.nv.info`` records.
+
+    A cubin does not record spills separately: they live in the stack frame, so ``spill_bytes`` is the frame
+    size (exact when it is zero). The 1 KiB system reserve of sm_90 is not counted as static shared memory.
+    """
+    sections = _elf_sections(cubin)
+    info = sections.get(".nv.info")
+    if not isinstance(info, bytes):
+        raise ValueError("cubin has no .nv.info section")
+    attrs: dict[int, int] = {}
+    pos = 0
+    while pos + 4 <= len(info):
+        fmt, attr, size = info[pos], info[pos + 1], struct.unpack_from("<H", info, pos + 2)[0]
+        if fmt == _EIFMT_SVAL:
+            if attr in (_EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE) and size == 8:
+                attrs[attr] = struct.unpack_from("<I", info, pos + 8)[0]
+            pos += 4 + size
+        else:
+            pos += 4
+    if _EIATTR_REGCOUNT not in attrs:
+        raise ValueError("cubin records no register count")
+    shared = sections.get(f".nv.shared.{function}", 0)
+    shared = shared if isinstance(shared, int) else len(shared)
+    if any(n.startswith(".nv.shared.reserved.") for n in sections):
+        shared = max(0, shared - 1024)
+    frame = attrs.get(_EIATTR_FRAME_SIZE, 0)
+    return Resources(registers=attrs[_EIATTR_REGCOUNT], static_smem=shared, spill_bytes=frame,
+                     scratch_bytes=frame, wavefront_size=32)
 
 
 def nvidia_blocks_per_sm(res: Resources, spec: KernelSpec, target: Target) -> int:

@@ -12,20 +12,29 @@ import functools
 import hashlib
 import os
 import re
+import shutil
 import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 _SO_VERSION = re.compile(r"\.so((?:\.\d+)*)$")
+_SHIM_MARK = ".portattn-rocm-shim"
+
+
+def _user_root() -> Path | None:
+    """``$ROCM_PATH`` or ``$ROCM_HOME`` unless it is one of our own shims."""
+    for var in ("ROCM_PATH", "ROCM_HOME"):
+        value = os.environ.get(var)
+        if value and not (Path(value) / _SHIM_MARK).exists():
+            return Path(value)
+    return None
 
 
 def _search_dirs() -> list[Path]:
     """Library directories in the order a ROCm install is looked for."""
-    dirs: list[Path] = []
-    for var in ("ROCM_PATH", "ROCM_HOME"):
-        if os.environ.get(var):
-            dirs.append(Path(os.environ[var]) / "lib")
+    user = _user_root()
+    dirs: list[Path] = [user / "lib"] if user else []
     dirs.append(Path("/opt/rocm/lib"))
     dirs += sorted(Path("/opt").glob("rocm-*/lib"), reverse=True)
     dirs += [Path(p) for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
@@ -115,15 +124,13 @@ def make_shim(links: dict[str, Path]) -> Path:
             base.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(dir=base, prefix=f".{tag}."))
             (tmp / "lib").mkdir()
+            (tmp / _SHIM_MARK).write_text("symlinks to the ROCm libraries, made by portattn\n")
             for name, target in links.items():
                 (tmp / "lib" / name).symlink_to(target)
             try:
                 tmp.rename(root)
             except OSError:  # another process made it first, or a stale one is in the way
-                for p in (tmp / "lib").iterdir():
-                    p.unlink()
-                (tmp / "lib").rmdir()
-                tmp.rmdir()
+                shutil.rmtree(tmp, ignore_errors=True)
             if _shim_ok(root, links):
                 return root
         except OSError as exc:
@@ -140,7 +147,7 @@ def discover() -> RocmLibs | None:
     if hiprtc is None:
         return None
     comgr = find_library("libamd_comgr", [hiprtc.resolve().parent, *dirs])
-    root = Path(os.environ.get("ROCM_PATH") or os.environ.get("ROCM_HOME") or "/opt/rocm")
+    root = _user_root() or Path("/opt/rocm")
     wanted = {"libhiprtc.so": hiprtc, **({"libamdhip64.so": amdhip} if amdhip else {})}
     if all((root / "lib" / name).exists() for name in wanted):
         return RocmLibs(hiprtc, amdhip, comgr, None)

@@ -116,3 +116,17 @@ def test_compile_error_carries_log_and_source(src_copy, cache):
     assert "error" in err.log and f"{spec.filename}(31)" in err.log
     assert "31 | this is not C++;" in err.dump()
     assert "sm_90" in str(err) and "error" in str(err)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cubin_records_agree_with_ptxas_report(arch):
+    import random
+
+    from portattn.compile import nvrtc
+    from portattn.resources import parse_cubin, parse_ptxas_log
+
+    for spec in shipped_variants(Target.for_arch(arch)):
+        # A fresh define per build: NVRTC can return an empty log for a program it already built in-process.
+        opts = nvrtc.options(arch, {**spec.defines, "PA_CHECK_NONCE": random.randrange(1 << 30)})
+        binary, log = nvrtc.compile_source(sources.read_source("cuda", spec.filename), arch, opts)
+        assert parse_cubin(binary, spec.function) == parse_ptxas_log(log), spec.label

@@ -15,7 +15,7 @@ Q = t(2, 4, 8, 64)
 @pytest.mark.parametrize(
     "args, exc, match",
     [
-        ((Q.numpy(), Q, Q), TypeError, "q must be a torch.Tensor"),
+        (([[0.0]], Q, Q), TypeError, "q must be a torch.Tensor, got list"),
         ((Q, [1], Q), TypeError, "k must be a torch.Tensor"),
         ((t(4, 8, 64), Q, Q), ValueError, r"q must be 4-D .* got shape \(4, 8, 64\)"),
         ((Q, Q, t(1, 2, 4, 8, 64)), ValueError, "v must be 4-D"),

@@ -68,7 +68,7 @@ def compile_kernel(spec: KernelSpec, target: Target, cache: DiskCache | None = N
                                 Resources(**meta["resources"]), True)
     else:
         binary, log = backend.compile_source(source, target.arch, opts)
-        res = backend.resources(binary, log)
+        res = backend.resources(binary, log, spec.function)
         cache.put(key, {"log": log, "resources": res.to_dict(), "label": spec.label, "arch": target.arch}, binary)
         kernel = CompiledKernel(spec, target.arch, backend.NAME, key, binary, log, res, False)
     with _lock:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import CompileError, PortattnError
-from ..resources import Resources, parse_ptxas_log
+from ..resources import Resources, parse_cubin, parse_ptxas_log
 from ..sources import KernelSource
 
 NAME = "nvrtc"
@@ -61,5 +61,10 @@ def compile_source(source: KernelSource, arch: str, opts: list[str]) -> tuple[by
         _check(nvrtc, nvrtc.nvrtcDestroyProgram(prog), "nvrtcDestroyProgram")
 
 
-def resources(binary: bytes, log: str) -> Resources:
-    return parse_ptxas_log(log)
+def resources(binary: bytes, log: str, function: str) -> Resources:
+    """From the ptxas report in the log; from the cubin itself when NVRTC returned no report (seen with
+    NVRTC 13.0 when a process compiles the same program twice)."""
+    try:
+        return parse_ptxas_log(log)
+    except ValueError:
+        return parse_cubin(binary, function)

@@ -1,0 +1,74 @@
+"""Every kernel variant shipped for gfx90a compiles from src_hip/ with hiprtc and fits the hardware.
+
+Per variant: 64-lane waves, no scratch and no spills, static + dynamic LDS within the 64 KiB of a CU, at least two
+waves per SIMD, and (with llvm-objdump) no scratch/buffer spill traffic in the machine code. Needs ROCm's hiprtc
+and hip-python; skipped without them unless PORTATTN_REQUIRE_AMD=1.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+from portattn import amdgpu_metadata
+from portattn.compile import compile_kernel
+from portattn.compile.cache import DiskCache
+from portattn.resources import amd_waves_per_simd
+from portattn.rocm_libs import discover
+from portattn.select import shipped_variants
+from portattn.sources import source_dir
+from portattn.target import Target
+
+ARCH = "gfx90a"
+LDS_PER_CU = 65536
+
+
+def _missing() -> str | None:
+    if importlib.util.find_spec("hip") is None:
+        return "hip-python is not installed (scripts/install-rocm-toolchain.sh installs it)"
+    if discover() is None:
+        return "no ROCm hiprtc library (scripts/install-rocm-toolchain.sh installs ROCm 5.2 from Debian)"
+    try:
+        source_dir("hip")
+    except FileNotFoundError:
+        return "src_hip/ is missing (generate it with portattn-hipify)"
+    return None
+
+
+_REASON = _missing()
+if _REASON and os.environ.get("PORTATTN_REQUIRE_AMD") == "1":
+    raise RuntimeError(f"PORTATTN_REQUIRE_AMD=1 but {_REASON}")
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+
+TARGET = Target.for_arch(ARCH)
+SPECS = shipped_variants(TARGET)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return DiskCache(tmp_path_factory.mktemp("amd-kernels"))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.label for s in SPECS])
+def test_variant_fits_gfx90a(spec, cache):
+    kernel = compile_kernel(spec, TARGET, cache)
+    res = kernel.resources
+    info = (f"{spec.label}: vgpr={res.registers} agpr={res.agprs} sgpr={res.sgprs} static_lds={res.static_smem} "
+            f"dynamic_lds={spec.smem_bytes} scratch={res.scratch_bytes} spills={res.spill_bytes}")
+    meta = amdgpu_metadata.kernel_metadata(kernel.binary, spec.function)
+    assert meta[".vgpr_count"] == res.registers > 0, info
+    assert res.wavefront_size == 64, info
+    assert res.scratch_bytes == 0, info
+    assert res.spill_bytes == 0, info
+    assert res.static_smem + spec.smem_bytes <= LDS_PER_CU, info
+    waves = amd_waves_per_simd(res, spec)
+    assert waves >= 2, f"{info} -> {waves} waves/SIMD"
+
+    text = amdgpu_metadata.disassemble(kernel.binary, ARCH)
+    if text is None:
+        return  # no llvm-objdump: the metadata checks above stand alone
+    assert f"<{spec.function}>:" in text and "s_endpgm" in text, "disassembly does not show the kernel"
+    spill_ops = [ln.strip() for ln in text.splitlines()
+                 if any(op in ln for op in ("scratch_", "buffer_store", "buffer_load"))]
+    assert not spill_ops, f"{info}: spill traffic:\n" + "\n".join(spill_ops[:10])
