@@ -5,7 +5,6 @@ PORTATTN_REQUIRE_AMD=1, which turns the skip into a failure.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
@@ -14,19 +13,11 @@ import pytest
 
 from portattn import amdgpu_metadata
 from portattn.errors import CompileError, UnsupportedTargetError
-from portattn.rocm_libs import discover
+from portattn.compile.hiprtc import toolchain_missing
 from portattn.sources import KernelSource
 
 
-def _missing_toolchain() -> str | None:
-    if importlib.util.find_spec("hip") is None:
-        return "hip-python is not installed (scripts/install-rocm-toolchain.sh installs it)"
-    if discover() is None:
-        return "no ROCm hiprtc library (scripts/install-rocm-toolchain.sh installs ROCm 5.2 from Debian)"
-    return None
-
-
-_REASON = _missing_toolchain()
+_REASON = toolchain_missing()
 if _REASON and os.environ.get("PORTATTN_REQUIRE_AMD") == "1":
     raise RuntimeError(f"PORTATTN_REQUIRE_AMD=1 but {_REASON}")
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")

@@ -6,7 +6,6 @@ and hip-python; skipped without them unless PORTATTN_REQUIRE_AMD=1.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
@@ -15,7 +14,7 @@ from portattn import amdgpu_metadata
 from portattn.compile import compile_kernel
 from portattn.compile.cache import DiskCache
 from portattn.resources import amd_waves_per_simd
-from portattn.rocm_libs import discover
+from portattn.compile.hiprtc import toolchain_missing
 from portattn.select import shipped_variants
 from portattn.sources import source_dir
 from portattn.target import Target
@@ -25,10 +24,9 @@ LDS_PER_CU = 65536
 
 
 def _missing() -> str | None:
-    if importlib.util.find_spec("hip") is None:
-        return "hip-python is not installed (scripts/install-rocm-toolchain.sh installs it)"
-    if discover() is None:
-        return "no ROCm hiprtc library (scripts/install-rocm-toolchain.sh installs ROCm 5.2 from Debian)"
+    reason = toolchain_missing()
+    if reason:
+        return reason
     try:
         source_dir("hip")
     except FileNotFoundError:

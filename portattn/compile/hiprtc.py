@@ -51,6 +51,17 @@ def _libs() -> RocmLibs:
 
 
 @functools.lru_cache(maxsize=None)
+def toolchain_missing() -> str | None:
+    """Why hiprtc cannot be used here (a sentence), or None when hip-python and a hiprtc library are present."""
+    import importlib.util
+
+    if importlib.util.find_spec("hip") is None:
+        return "hip-python is not installed (scripts/install-rocm-toolchain.sh installs it)"
+    if discover() is None:
+        return "no ROCm hiprtc library (scripts/install-rocm-toolchain.sh installs ROCm 5.2 from Debian)"
+    return None
+
+
 def version() -> str:
     """ROCm hiprtc and comgr versions (read from the libraries' files, nothing is loaded)."""
     return _libs().version()
