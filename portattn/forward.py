@@ -14,7 +14,7 @@ from .target import LANES_ENV, Target
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _targets: dict[tuple[int, str], Target] = {}
-_functions: dict[tuple[int, str], object] = {}
+_functions: dict[tuple[int, Target, KernelSpec], object] = {}
 _lock = threading.Lock()
 
 
@@ -32,13 +32,14 @@ def target_for(device: torch.device) -> Target:
 
 
 def _function(target: Target, spec: KernelSpec, device_index: int):
-    compiled = compile_kernel(spec, target)
-    key = (device_index, compiled.key)
+    """The loaded kernel; compiled (or read from the cache) and loaded once per device and variant, so the
+    per-call path does no file reading or hashing."""
+    key = (device_index, target, spec)
     with _lock:
         fn = _functions.get(key)
     if fn is None:
-        drv = driver_for(target.vendor)
-        fn = drv.load(compiled.binary, device_index).function(spec.function)
+        compiled = compile_kernel(spec, target)
+        fn = driver_for(target.vendor).load(compiled.binary, device_index).function(spec.function)
         with _lock:
             _functions[key] = fn
     return fn
