@@ -10,7 +10,7 @@ if _Version(_torch.__version__).release < (2, 4):
     raise ImportError(f"portattn needs torch >= 2.4, found {_torch.__version__}")
 
 from .errors import CompileError, DriverError, PortattnError, UnsupportedTargetError  # noqa: E402
-from .target import Target  # noqa: E402
+from .target import Target, available_targets  # noqa: E402
 from .api import attention, scaled_dot_product_attention  # noqa: E402
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "Target",
     "UnsupportedTargetError",
     "attention",
+    "available_targets",
     "scaled_dot_product_attention",
     "__version__",
 ]

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import os
 import threading
+from contextvars import ContextVar
+from typing import Callable
 
 import torch
 
 from .compile import compile_kernel
 from .driver import driver_for
+from .errors import UnsupportedTargetError
 from .launch_params import FwdParams
 from .select import KernelSpec, select
 from .target import LANES_ENV, Target
@@ -16,6 +19,9 @@ _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat
 _targets: dict[tuple[int, str], Target] = {}
 _functions: dict[tuple[int, Target, KernelSpec], object] = {}
 _lock = threading.Lock()
+# Verification hooks (portattn.testing): a forced target and a transformation of the selected variant.
+OVERRIDES: ContextVar[tuple[Target | None, Callable[[KernelSpec], KernelSpec] | None]] = ContextVar(
+    "portattn_overrides", default=(None, None))
 
 
 def target_for(device: torch.device) -> Target:
@@ -54,7 +60,14 @@ def run_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
                 causal: bool, scale: float) -> None:
     """Launch the forward kernel. Inputs are validated, non-empty and in a layout the kernel takes."""
     target = target_for(q.device)
+    forced, tweak = OVERRIDES.get()
+    if forced is not None:
+        if (forced.vendor, forced.arch) != (target.vendor, target.arch):
+            raise UnsupportedTargetError(f"target {forced} cannot run on this device ({target})")
+        target = forced
     spec = select(target, _DTYPE_NAMES[q.dtype], q.shape[-1])
+    if tweak is not None:
+        spec = tweak(spec)
     fn = _function(target, spec, q.device.index)
     batch, heads_q, seqlen_q, _ = q.shape
     _, heads_kv, seqlen_k, _ = k.shape

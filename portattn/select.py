@@ -36,6 +36,7 @@ class TileConfig:
     block_m: int  # query rows per block
     block_n: int  # keys per streamed tile
     threads: int  # threads per block
+    row_lanes: int = 16  # lanes sharing one query row group (its max / sum reductions span them)
 
 
 def _fp32_rows(cfg: dict[int, tuple[int, int, int]]) -> dict[tuple[str, int], TileConfig]:
@@ -71,16 +72,22 @@ class KernelSpec:
     head_dim: int
     tile: TileConfig
     lanes: int
+    emulated: bool = False  # wave64 emulation on NVIDIA (verification mode)
+    test_defines: tuple[tuple[str, int], ...] = ()  # set only by portattn.testing
 
     @property
     def defines(self) -> dict[str, int]:
-        return {
+        defines = {
             "PA_WARP_SIZE": self.lanes,
             "PA_HEAD_DIM": self.head_dim,
             "PA_BLOCK_M": self.tile.block_m,
             "PA_BLOCK_N": self.tile.block_n,
             "PA_THREADS": self.tile.threads,
+            "PA_ROW_LANES": self.tile.row_lanes,
         }
+        if self.emulated:
+            defines["PA_EMULATE_WAVE64"] = 1
+        return defines | dict(self.test_defines)
 
     @property
     def smem_bytes(self) -> int:
@@ -91,15 +98,18 @@ class KernelSpec:
     @property
     def label(self) -> str:
         t = self.tile
-        return f"{self.function}[d={self.head_dim},{t.block_m}x{t.block_n},{t.threads}t,{self.lanes}l]"
+        lanes = f"{self.lanes}l" + ("-emulated" if self.emulated else "")
+        extra = "".join(f",{k}={v}" for k, v in self.test_defines)
+        return f"{self.function}[d={self.head_dim},{t.block_m}x{t.block_n},{t.threads}t,{lanes}{extra}]"
 
 
 def family(target: Target) -> str:
+    """The tuning family of ``target`` (of the emulated arch under wave64 emulation)."""
     try:
-        return ARCH_FAMILY[target.arch]
+        return ARCH_FAMILY[target.tuning_arch]
     except KeyError:
         raise UnsupportedTargetError(
-            f"no kernel configuration for arch {target.arch!r}; supported: {', '.join(ARCH_FAMILY)}"
+            f"no kernel configuration for arch {target.tuning_arch!r}; supported: {', '.join(ARCH_FAMILY)}"
         ) from None
 
 
@@ -111,11 +121,13 @@ def select(target: Target, dtype: str, head_dim: int) -> KernelSpec:
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head dim {head_dim} is not supported; supported: {', '.join(map(str, HEAD_DIMS))}")
     filename, function = KERNELS[dtype]
-    spec = KernelSpec(filename, function, dtype, head_dim, table[(dtype, head_dim)], target.lanes)
-    if spec.smem_bytes > target.smem_per_block:
-        raise UnsupportedTargetError(
-            f"{spec.label} needs {spec.smem_bytes} bytes of shared memory, {target.arch} allows {target.smem_per_block}"
-        )
+    spec = KernelSpec(filename, function, dtype, head_dim, table[(dtype, head_dim)], target.lanes, target.emulated)
+    limits = [target] + ([Target.for_arch(target.emulates)] if target.emulates else [])
+    for t in limits:
+        if spec.smem_bytes > t.smem_per_block:
+            raise UnsupportedTargetError(
+                f"{spec.label} needs {spec.smem_bytes} bytes of shared memory, {t.arch} allows {t.smem_per_block}"
+            )
     return spec
 
 

@@ -24,6 +24,8 @@ _KNOWN_ARCHS: dict[str, tuple[int, int, int, int]] = {
 }
 
 LANES_ENV = "PORTATTN_LANES"
+# NVIDIA can execute the 64-lane mapping of this AMD arch (wave64 emulation, a verification mode).
+EMULATED_WAVE64_ARCH = "gfx90a"
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Target:
     smem_per_block: int  # bytes a block may use (opt-in maximum)
     smem_per_multiprocessor: int
     native_lanes: int = 0  # the hardware's wave size; 0 means "same as lanes"
+    emulates: str = ""  # under emulation: the arch whose lane mapping and tiles are executed
 
     @property
     def hardware_lanes(self) -> int:
@@ -72,16 +75,33 @@ class Target:
         smem_sm = int(getattr(props, "shared_memory_per_multiprocessor", 0) or (known[3] if known else smem_block))
         target = cls(vendor, arch, lanes, int(props.multi_processor_count), smem_block, smem_sm)
         env = os.environ.get(LANES_ENV, "").strip()
+        if env and not env.isdigit():
+            raise UnsupportedTargetError(f"{LANES_ENV} must be a lane count such as 32 or 64, got {env!r}")
         return target.with_lanes(int(env) if env else None)
 
     def with_lanes(self, lanes: int | None) -> "Target":
-        """This target built for ``lanes`` lanes per wave (None: the hardware's own)."""
-        if lanes is None or lanes == self.hardware_lanes:
-            return replace(self, lanes=self.hardware_lanes, native_lanes=0)
+        """This target built for ``lanes`` lanes per wave (None: the hardware's own).
+
+        On NVIDIA, 64 lanes selects the wave64 emulation: the kernels are built with ``PA_WARP_SIZE=64``, a wave
+        is two warps, and the selector picks the tiles of ``EMULATED_WAVE64_ARCH``. It exists to execute the AMD
+        thread mapping on NVIDIA hardware; it is slower and never chosen by default.
+        """
+        native = self.hardware_lanes
+        base = replace(self, lanes=native, native_lanes=0, emulates="")
+        if lanes is None or lanes == native:
+            return base
+        if self.vendor == "cuda" and native == 32 and lanes == 64:
+            return replace(base, lanes=64, native_lanes=native, emulates=EMULATED_WAVE64_ARCH)
+        choices = f"{native}" + (" or 64 (emulation)" if self.vendor == "cuda" else "")
         raise UnsupportedTargetError(
-            f"{self.arch} runs {self.hardware_lanes}-lane waves; lanes={lanes} is not supported "
-            f"(set {LANES_ENV} to {self.hardware_lanes} or leave it unset)"
+            f"{self.arch} runs {native}-lane waves; lanes={lanes} is not supported "
+            f"(set {LANES_ENV} to {choices}, or leave it unset)"
         )
+
+    @property
+    def tuning_arch(self) -> str:
+        """The arch whose tile configurations apply: the emulated one under emulation."""
+        return self.emulates or self.arch
 
     @property
     def emulated(self) -> bool:
@@ -89,5 +109,17 @@ class Target:
         return self.lanes != self.hardware_lanes
 
     def __str__(self) -> str:
-        extra = f", emulated on {self.hardware_lanes}-lane hardware" if self.emulated else ""
+        extra = f", {self.emulates} mapping emulated on {self.hardware_lanes}-lane waves" if self.emulated else ""
         return f"{self.vendor}:{self.arch} ({self.lanes} lanes{extra})"
+
+
+def available_targets(device: "object" = None) -> list[Target]:
+    """Every (backend, lanes) this machine can execute on ``device`` (default: the current GPU); empty without
+    a GPU. On NVIDIA: the native 32-lane target and the wave64 emulation; on AMD: the native target."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    native = Target.detect(dev).with_lanes(None)
+    return [native, native.with_lanes(64)] if native.vendor == "cuda" and native.lanes == 32 else [native]

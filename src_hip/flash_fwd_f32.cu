@@ -5,15 +5,17 @@
 // through one shared-memory buffer; scores are kept in registers with an online (running max / running sum)
 // softmax in base 2, and the output is normalised once at the end.
 //
-// Thread layout: 16 threads share a row group ("tx", along keys and head-dim columns), PA_THREADS / 16 row
-// groups ("ty"). Each thread owns ROWS query rows, KEYS key columns of the score tile and COLS output columns.
+// Thread layout: PA_ROW_LANES lanes share a row group ("tx", along keys and head-dim columns), PA_THREADS /
+// PA_ROW_LANES row groups ("ty"). Each thread owns ROWS query rows, KEYS key columns of the score tile and COLS
+// output columns; row maxima and sums are reduced across the row group's lanes.
 //
-// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS.
+// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_ROW_LANES.
 #include "pa_prelude.cuh"
 #include "pa_params.cuh"
 
-#if !defined(PA_HEAD_DIM) || !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_THREADS)
-#error "PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N and PA_THREADS must be defined by the host"
+#if !defined(PA_HEAD_DIM) || !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_THREADS) || \
+    !defined(PA_ROW_LANES)
+#error "PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS and PA_ROW_LANES must be defined by the host"
 #endif
 
 namespace {
@@ -22,19 +24,19 @@ constexpr int D = PA_HEAD_DIM;
 constexpr int BM = PA_BLOCK_M;
 constexpr int BN = PA_BLOCK_N;
 constexpr int NT = PA_THREADS;
-constexpr int TX = 16;                      // threads across one row group
+constexpr int TX = PA_ROW_LANES;            // lanes across one row group
 constexpr int TY = NT / TX;                 // row groups
 constexpr int ROWS = BM / TY;               // query rows per thread
 constexpr int KEYS = BN / TX;               // score columns per thread
-constexpr int VW = (D % 64 == 0) ? 4 : 2;   // vector width of an output-column chunk
+constexpr int VW = D % (TX * 4) == 0 ? 4 : D % (TX * 2) == 0 ? 2 : 1;  // vector width of an output chunk
 constexpr int CHUNKS = D / (TX * VW);       // output-column chunks per thread
 constexpr int COLS = CHUNKS * VW;           // output columns per thread
 constexpr int LD = D + 4;                   // padded row length of the Q and K/V tiles (floats)
 constexpr int LDP = BN + 4;                 // padded row length of the probability tile
 
-static_assert(NT % TX == 0 && BM % TY == 0, "PA_BLOCK_M must be a multiple of PA_THREADS / 16");
-static_assert(BN % TX == 0, "PA_BLOCK_N must be a multiple of 16");
-static_assert(D % 4 == 0 && D % (TX * VW) == 0, "unsupported PA_HEAD_DIM");
+static_assert(NT % TX == 0 && BM % TY == 0, "PA_BLOCK_M must be a multiple of PA_THREADS / PA_ROW_LANES");
+static_assert(BN % TX == 0, "PA_BLOCK_N must be a multiple of PA_ROW_LANES");
+static_assert(D % 4 == 0 && D % TX == 0, "PA_HEAD_DIM must be a multiple of 4 and of PA_ROW_LANES");
 static_assert(NT % PA_WARP_SIZE == 0, "PA_THREADS must be a whole number of waves");
 static_assert(TX <= PA_WARP_SIZE, "a row group must fit in one wave");
 

@@ -3,7 +3,9 @@
 // built for. Kernel bodies use the pa_* names below and never a literal lane count or lane mask.
 //
 // Defined by the host at compile time:
-//   PA_WARP_SIZE   lanes per wave (32 on NVIDIA and RDNA wave32, 64 on CDNA).
+//   PA_WARP_SIZE       lanes per wave (32 on NVIDIA and RDNA wave32, 64 on CDNA).
+//   PA_EMULATE_WAVE64  (NVIDIA only, with PA_WARP_SIZE=64) verification mode: a wave is two consecutive warps,
+//                      and cross-lane operations follow the 64-lane semantics. Not a production mode.
 #pragma once
 
 #ifndef PA_WARP_SIZE
@@ -35,19 +37,86 @@ PA_DEVICE int pa_lane_id() { return (int)(threadIdx.x % PA_WARP_SIZE); }
 PA_DEVICE int pa_wave_id() { return (int)(threadIdx.x / PA_WARP_SIZE); }
 PA_DEVICE pa_lanemask_t pa_full_mask() { return ~(pa_lanemask_t)0; }
 
-// ---- cross-lane operations (explicit width: a power of two, at most PA_WARP_SIZE) ---------------------------
+// ---- cross-lane operations ---------------------------------------------------------------------------------
+// Semantics (both vendors): lanes form segments of `width` consecutive lanes (a power of two, at most
+// PA_WARP_SIZE). pa_shfl_xor reads lane (self ^ lane_mask), or its own value when that lane lies in a later
+// segment; pa_shfl reads lane (src_lane % width) of its own segment; pa_ballot gives bit i = predicate of lane i.
+// Every lane of the wave must call them together, with the same lane_mask / width.
 
+#if defined(PA_EMULATE_WAVE64) && !defined(PA_VENDOR_CUDA)
+#error "PA_EMULATE_WAVE64 is an NVIDIA verification mode"
+#endif
+
+#if defined(PA_VENDOR_CUDA) && defined(PA_EMULATE_WAVE64)
+#if PA_WARP_SIZE != 64
+#error "PA_EMULATE_WAVE64 needs PA_WARP_SIZE=64"
+#endif
+// Wave64 emulation: a wave is warps 2w and 2w+1. A partner in the same warp is reached with a native shuffle;
+// one in the other warp through a per-wave shared-memory slot row, ordered by a named barrier per wave
+// (barrier 0 stays __syncthreads'). Named barriers 1..15 allow at most 15 waves (960 threads) per block.
+#define PA_EMU_MAX_WAVES 15
+#if defined(PA_THREADS)
+static_assert(PA_THREADS / 64 <= PA_EMU_MAX_WAVES, "wave64 emulation supports at most 15 waves per block");
+#endif
+static __shared__ unsigned pa_emu_slots[PA_EMU_MAX_WAVES][64];
+
+PA_DEVICE void pa_emu_wave_barrier() {
+    asm volatile("bar.sync %0, 64;" ::"r"(1 + pa_wave_id()) : "memory");
+}
+
+// Every lane publishes `v`; returns the value published by lane `src` (0..63) of the same wave.
+PA_DEVICE unsigned pa_emu_exchange(unsigned v, int src) {
+    unsigned* row = pa_emu_slots[pa_wave_id()];
+    row[pa_lane_id()] = v;
+    pa_emu_wave_barrier();
+    const unsigned r = row[src];
+    pa_emu_wave_barrier();  // the row is reused by the next exchange
+    return r;
+}
+
+PA_DEVICE float pa_shfl_xor(float v, int lane_mask, int width) {
+    if (lane_mask < 32) return __shfl_xor_sync(0xffffffffu, v, lane_mask, width < 32 ? width : 32);
+    const int self = pa_lane_id();
+    const int src = self ^ lane_mask;
+    const int segment_end = (self + width) & ~(width - 1);
+    return __uint_as_float(pa_emu_exchange(__float_as_uint(v), src >= segment_end ? self : src));
+}
+
+PA_DEVICE float pa_shfl(float v, int src_lane, int width) {
+    if (width <= 32) return __shfl_sync(0xffffffffu, v, src_lane, width);
+    return __uint_as_float(pa_emu_exchange(__float_as_uint(v), src_lane & 63));
+}
+
+PA_DEVICE pa_lanemask_t pa_ballot(bool pred) {
+    const unsigned mine = __ballot_sync(0xffffffffu, pred);
+    const int half = pa_lane_id() / 32;
+    const unsigned other = pa_emu_exchange(mine, 32 * (1 - half));
+    const unsigned lo = half == 0 ? mine : other;
+    const unsigned hi = half == 0 ? other : mine;
+    return ((pa_lanemask_t)hi << 32) | lo;
+}
+#else
+// Native waves; hipify turns these into HIP's mask-free forms.
 PA_DEVICE float pa_shfl_xor(float v, int lane_mask, int width) {
     return __shfl_xor(v, lane_mask, width);
 }
 PA_DEVICE float pa_shfl(float v, int src_lane, int width) { return __shfl(v, src_lane, width); }
+PA_DEVICE pa_lanemask_t pa_ballot(bool pred) { return __ballot(pred); }
+#endif
 
-// Butterfly reductions over groups of WIDTH consecutive lanes; every lane of the group gets the result.
+// Butterfly reductions over segments of WIDTH lanes; every lane of the segment gets the result.
+#if defined(PA_TESTING_WAVE32_REDUCTION_BUG)
+// Deliberately wrong, for the test suite's sensitivity check only: reductions stop at 32 lanes.
+#define PA_REDUCTION_START(WIDTH) ((WIDTH) > 32 ? 16 : (WIDTH) / 2)
+#else
+#define PA_REDUCTION_START(WIDTH) ((WIDTH) / 2)
+#endif
+
 template <int WIDTH>
 PA_DEVICE float pa_group_max(float v) {
     static_assert(WIDTH >= 1 && WIDTH <= PA_WARP_SIZE && (WIDTH & (WIDTH - 1)) == 0, "bad group width");
 #pragma unroll
-    for (int m = WIDTH / 2; m > 0; m /= 2) v = fmaxf(v, pa_shfl_xor(v, m, WIDTH));
+    for (int m = PA_REDUCTION_START(WIDTH); m > 0; m /= 2) v = fmaxf(v, pa_shfl_xor(v, m, WIDTH));
     return v;
 }
 
@@ -55,7 +124,7 @@ template <int WIDTH>
 PA_DEVICE float pa_group_sum(float v) {
     static_assert(WIDTH >= 1 && WIDTH <= PA_WARP_SIZE && (WIDTH & (WIDTH - 1)) == 0, "bad group width");
 #pragma unroll
-    for (int m = WIDTH / 2; m > 0; m /= 2) v += pa_shfl_xor(v, m, WIDTH);
+    for (int m = PA_REDUCTION_START(WIDTH); m > 0; m /= 2) v += pa_shfl_xor(v, m, WIDTH);
     return v;
 }
 

@@ -15,7 +15,7 @@ from portattn.compile import compile_kernel
 from portattn.compile.cache import DiskCache
 from portattn.resources import amd_waves_per_simd
 from portattn.compile.hiprtc import toolchain_missing
-from portattn.select import shipped_variants
+from portattn.select import KernelSpec, TileConfig, shipped_variants
 from portattn.sources import source_dir
 from portattn.target import Target
 
@@ -70,3 +70,13 @@ def test_variant_fits_gfx90a(spec, cache):
     spill_ops = [ln.strip() for ln in text.splitlines()
                  if any(op in ln for op in ("scratch_", "buffer_store", "buffer_load"))]
     assert not spill_ops, f"{info}: spill traffic:\n" + "\n".join(spill_ops[:10])
+
+
+def test_prelude_probe_compiles_for_gfx90a(cache):
+    """The prelude's HIP cross-lane operations (the probe that the GPU tests run on NVIDIA) build for wave64."""
+    spec = KernelSpec("pa_prelude_probe.cu", "pa_prelude_probe", "float32", 0, TileConfig(0, 0, 128), 64)
+    kernel = compile_kernel(spec, TARGET, cache)
+    assert kernel.resources.wavefront_size == 64 and kernel.resources.scratch_bytes == 0
+    text = amdgpu_metadata.disassemble(kernel.binary, ARCH)
+    if text is not None:
+        assert "ds_bpermute_b32" in text, "shuffles with run-time lane masks go through ds_bpermute"

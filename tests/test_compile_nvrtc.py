@@ -8,7 +8,7 @@ from portattn import CompileError
 from portattn.compile import clear_memory_cache, compile_kernel
 from portattn.compile.cache import DiskCache
 from portattn.resources import nvidia_blocks_per_sm
-from portattn.select import KernelSpec, shipped_variants
+from portattn.select import KernelSpec, TileConfig, shipped_variants
 from portattn.target import Target
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is not installed")
@@ -36,6 +36,24 @@ def test_every_variant_compiles_without_spills(arch, cache):
         assert 0 < res.registers <= 255
         assert res.static_smem + spec.smem_bytes <= target.smem_per_block
         assert nvidia_blocks_per_sm(res, spec, target) >= 1, f"{spec.label} cannot be resident on {arch}"
+
+
+def test_wave64_emulation_variants_compile(cache):
+    """The emulated 64-lane (gfx90a mapping) builds of every variant, and the prelude probe at both lane counts."""
+    native = Target.for_arch("sm_90")
+    target = native.with_lanes(64)
+    for spec in shipped_variants(target):  # a verification build: its speed (and spills) do not matter
+        assert spec.emulated and compile_kernel(spec, target, cache).resources.registers > 0
+    for t in (native, target):
+        probe = KernelSpec("pa_prelude_probe.cu", "pa_prelude_probe", "float32", 0, TileConfig(0, 0, 128), t.lanes,
+                           t.emulated)
+        assert compile_kernel(probe, t, cache).binary[:4] == b"\x7fELF"
+
+
+def test_planted_bug_define_only_from_tests():
+    for arch in ("sm_90", "gfx90a"):
+        for spec in shipped_variants(Target.for_arch(arch)):
+            assert not any(k.startswith("PA_TESTING") for k in spec.defines), spec.label
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""fp32 attention on the GPU against the float64 reference."""
+"""fp32 attention on the GPU against the float64 reference, on every target the machine executes."""
 import math
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 import portattn
 from portattn.reference import reference_attention, relative_error
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_target")]
 TOL = 1e-5
 HEAD_DIMS = (32, 64, 96, 128, 256)
 

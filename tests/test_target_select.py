@@ -6,7 +6,7 @@ import torch
 
 from portattn import UnsupportedTargetError
 from portattn.select import ARCH_FAMILY, HEAD_DIMS, family, select, shipped_variants
-from portattn.target import Target
+from portattn.target import Target, available_targets
 
 EXPECTED = {  # arch -> (vendor, lanes, family)
     "sm_80": ("cuda", 32, "sm80"),
@@ -82,8 +82,34 @@ def test_lanes_override(fake_device, monkeypatch):
     monkeypatch.setenv("PORTATTN_LANES", "32")
     assert fake_device("sm_90").lanes == 32
     monkeypatch.setenv("PORTATTN_LANES", "64")
-    with pytest.raises(UnsupportedTargetError, match="PORTATTN_LANES"):
+    emulated = fake_device("sm_90")
+    assert (emulated.lanes, emulated.hardware_lanes, emulated.emulates) == (64, 32, "gfx90a") and emulated.emulated
+    monkeypatch.setenv("PORTATTN_LANES", "32")
+    with pytest.raises(UnsupportedTargetError, match="PORTATTN_LANES to 64"):
+        fake_device("gfx90a")
+    monkeypatch.setenv("PORTATTN_LANES", "wide")
+    with pytest.raises(UnsupportedTargetError, match="PORTATTN_LANES must be a lane count"):
         fake_device("sm_90")
+
+
+def test_emulated_target_executes_the_gfx90a_mapping():
+    native = Target.for_arch("sm_90")
+    emulated = native.with_lanes(64)
+    assert emulated.with_lanes(None) == native and not native.emulated
+    assert family(emulated) == "cdna2" and "emulated" in str(emulated)
+    for d in HEAD_DIMS:
+        spec, amd = select(emulated, "float32", d), select(Target.for_arch("gfx90a"), "float32", d)
+        assert spec.tile == amd.tile and spec.lanes == 64 and spec.emulated
+        assert spec.defines["PA_EMULATE_WAVE64"] == 1 and spec.defines["PA_WARP_SIZE"] == 64
+        assert "PA_EMULATE_WAVE64" not in select(native, "float32", d).defines
+        assert "PA_EMULATE_WAVE64" not in amd.defines
+    with pytest.raises(UnsupportedTargetError, match="lanes=16"):
+        native.with_lanes(16)
+
+
+def test_no_gpu_means_no_available_targets(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert available_targets() == []
 
 
 def test_smem_limit_is_enforced(fake_device):

@@ -1,0 +1,37 @@
+"""Verification hooks: run the kernels for a chosen target, or a modified kernel variant.
+
+For tests and kernel authors, not for production use. Both hooks apply to the calls made inside the ``with``
+block, in the current thread or task only.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from .forward import OVERRIDES
+from .select import KernelSpec
+from .target import Target
+
+
+@contextmanager
+def use_target(target: Target) -> Iterator[Target]:
+    """Run attention calls for ``target`` (one of ``portattn.available_targets()``), e.g. the wave64 emulation,
+    instead of the device's default target."""
+    if not isinstance(target, Target):
+        raise TypeError(f"target must be a portattn Target, got {type(target).__name__}")
+    token = OVERRIDES.set((target, OVERRIDES.get()[1]))
+    try:
+        yield target
+    finally:
+        OVERRIDES.reset(token)
+
+
+@contextmanager
+def tweak_variant(tweak: Callable[[KernelSpec], KernelSpec]) -> Iterator[None]:
+    """Replace the selected kernel variant by ``tweak(variant)``: other tile shapes, or test-only defines such
+    as the planted wave32 bug of the sensitivity test."""
+    token = OVERRIDES.set((OVERRIDES.get()[0], tweak))
+    try:
+        yield
+    finally:
+        OVERRIDES.reset(token)
