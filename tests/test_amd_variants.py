@@ -80,3 +80,40 @@ def test_prelude_probe_compiles_for_gfx90a(cache):
     text = amdgpu_metadata.disassemble(kernel.binary, ARCH)
     if text is not None:
         assert "ds_bpermute_b32" in text, "shuffles with run-time lane masks go through ds_bpermute"
+
+
+def test_mfma_probe_compiles_for_gfx90a(cache):
+    """Every MFMA function of pa_mfma.cuh is one matrix instruction on gfx90a: each probe kernel (two chained
+    instructions) is a wave64 kernel without scratch whose machine code holds exactly its own v_mfma mnemonic."""
+    from portattn.fragments import INSTRUCTIONS
+
+    names = {f"pa_mfma_probe_{lay.name}": lay for lay in INSTRUCTIONS.values()}
+    first = next(iter(names))
+    spec = KernelSpec("pa_mfma_probe.cu", first, "float32", 0, TileConfig(0, 0, 256), 64)
+    kernel = compile_kernel(spec, TARGET, cache)
+    metas = {m[".name"]: m for m in amdgpu_metadata.kernels(kernel.binary)}
+    assert set(names) <= set(metas), f"kernels in the code object: {sorted(metas)}"
+    for name in names:
+        meta = metas[name]
+        info = f"{name}: {meta}"
+        assert meta[".wavefront_size"] == 64, info
+        assert meta[".private_segment_fixed_size"] == 0, info
+        assert meta.get(".vgpr_spill_count", 0) == 0 and meta.get(".sgpr_spill_count", 0) == 0, info
+
+    text = amdgpu_metadata.disassemble(kernel.binary, ARCH)
+    if text is None:
+        return  # no llvm-objdump: the metadata checks above stand alone
+    bodies: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        label = line.strip()
+        if label.endswith(">:") and "<" in label:
+            current = label[label.index("<") + 1:-2]
+            bodies[current] = []
+        elif current is not None:
+            bodies[current].append(line)
+    for name, lay in names.items():
+        assert name in bodies, f"disassembly does not show {name}"
+        mfma = [ln.split()[0] for ln in bodies[name] if "v_mfma_" in ln]
+        assert mfma == [lay.mnemonic] * 2, f"{name}: expected two {lay.mnemonic}, found {mfma}"
+        assert not any(op in ln for ln in bodies[name] for op in ("scratch_", "buffer_store", "buffer_load"))

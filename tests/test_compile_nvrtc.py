@@ -50,6 +50,27 @@ def test_wave64_emulation_variants_compile(cache):
         assert compile_kernel(probe, t, cache).binary[:4] == b"\x7fELF"
 
 
+def test_mfma_probe_compiles_under_wave64_emulation(cache):
+    """The MFMA building blocks (pa_mfma.cuh) build for the emulated 64-lane target, and refuse 32-lane builds."""
+    from portattn.fragments import INSTRUCTIONS
+
+    target = Target.for_arch("sm_90").with_lanes(64)
+    assert target.emulated
+    first = f"pa_mfma_probe_{next(iter(INSTRUCTIONS))}"
+    probe = KernelSpec("pa_mfma_probe.cu", first, "float32", 0, TileConfig(0, 0, 256), 64, True)
+    assert probe.defines["PA_WARP_SIZE"] == 64 and probe.defines["PA_EMULATE_WAVE64"] == 1
+    kernel = compile_kernel(probe, target, cache)
+    assert kernel.binary[:4] == b"\x7fELF"
+    assert kernel.resources.spill_bytes == 0 and kernel.resources.scratch_bytes == 0
+    for lay in INSTRUCTIONS.values():
+        assert f"pa_mfma_probe_{lay.name}".encode() in kernel.binary
+
+    native = Target.for_arch("sm_90")
+    narrow = KernelSpec("pa_mfma_probe.cu", first, "float32", 0, TileConfig(0, 0, 256), 32)
+    with pytest.raises(CompileError, match="64-lane waves"):
+        compile_kernel(narrow, native, cache)
+
+
 def test_planted_bug_define_only_from_tests():
     for arch in ("sm_90", "gfx90a"):
         for spec in shipped_variants(Target.for_arch(arch)):

@@ -345,6 +345,17 @@ def test_guarded_asm_refused_outside_prelude() -> None:
     assert diag.line == 2 and "only the prelude" in diag.message
 
 
+
+def test_prelude_files() -> None:
+    """The vendor prelude and the matrix-core header (pa_mfma.cuh) get the prelude treatment, other files do not."""
+    from hipify.translate import is_prelude
+
+    assert is_prelude("pa_prelude.cuh") and is_prelude("src_cuda/pa_mfma.cuh") and is_prelude("a\\pa_mfma.cuh")
+    assert not is_prelude("src_cuda/pa_mfma_probe.cu") and not is_prelude("flash_fwd_f32.cu")
+    src = REPO / "src_cuda" / "pa_mfma.cuh"
+    text = src.read_text()
+    assert "asm(" in text and translate_file(text, "src_cuda/pa_mfma.cuh", str(src)).endswith(text)
+
 def test_guarded_cuda_section_is_kept_verbatim() -> None:
     cuda = "#if defined(PA_VENDOR_CUDA)\nv = __shfl_xor_sync(0xffffffffu, v, 1);\n#else\n"
     src = cuda + "v = __shfl_xor_sync(m, v, 1);\n#endif\n"
