@@ -11,7 +11,7 @@ from .errors import UnsupportedTargetError
 from .target import Target
 
 HEAD_DIMS = (32, 64, 96, 128, 256)
-DTYPES = ("float32",)
+DTYPES = ("float32", "float16", "bfloat16")
 
 # arch -> family; the family keys the tuning table.
 ARCH_FAMILY: dict[str, str] = {
@@ -28,6 +28,8 @@ ARCH_FAMILY: dict[str, str] = {
 # Kernel families: source file and entry point, by dtype.
 KERNELS: dict[str, tuple[str, str]] = {
     "float32": ("flash_fwd_f32.cu", "pa_flash_fwd_f32"),
+    "float16": ("flash_fwd_mma.cu", "pa_flash_fwd_mma"),
+    "bfloat16": ("flash_fwd_mma.cu", "pa_flash_fwd_mma"),
 }
 
 
@@ -43,10 +45,17 @@ def _fp32_rows(cfg: dict[int, tuple[int, int, int]]) -> dict[tuple[str, int], Ti
     return {("float32", d): TileConfig(*v) for d, v in cfg.items()}
 
 
+def _half_rows(cfg: dict[int, tuple[int, int, int]]) -> dict[tuple[str, int], TileConfig]:
+    """The same tiles for float16 and bfloat16 (the matrix-unit kernel)."""
+    return {(dt, d): TileConfig(*v) for dt in ("float16", "bfloat16") for d, v in cfg.items()}
+
+
 _NV_LARGE_SMEM = _fp32_rows({32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 32, 256), 128: (64, 64, 256),
-                             256: (64, 64, 256)})
+                             256: (64, 64, 256)}) | _half_rows({
+    32: (128, 128, 128), 64: (128, 64, 256), 96: (128, 64, 128), 128: (128, 32, 128), 256: (64, 64, 128)})
 _NV_SMALL_SMEM = _fp32_rows({32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 32, 256), 128: (64, 64, 256),
-                             256: (32, 32, 128)})
+                             256: (32, 32, 128)}) | _half_rows({
+    32: (128, 128, 128), 64: (128, 64, 256), 96: (128, 64, 128), 128: (128, 32, 128), 256: (64, 32, 128)})
 # 64 KiB of LDS per CU: 8-wave workgroups under 64 KiB keep two waves on each SIMD.
 _AMD = _fp32_rows({32: (64, 32, 512), 64: (64, 32, 512), 96: (64, 32, 512), 128: (64, 32, 512),
                    256: (32, 16, 512)})
@@ -87,13 +96,19 @@ class KernelSpec:
         }
         if self.emulated:
             defines["PA_EMULATE_WAVE64"] = 1
+        if self.dtype == "bfloat16":
+            defines["PA_BF16"] = 1
         return defines | dict(self.test_defines)
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory: Q tile, K/V tile (padded rows) and the probability tile, float32."""
-        t, ld = self.tile, self.head_dim + 4
-        return 4 * (t.block_m * ld + t.block_n * ld + t.block_m * (t.block_n + 4))
+        """Dynamic shared memory. float32: Q tile, one K/V tile (padded rows) and the probability tile.
+        16-bit: Q tile, K tile and V tile, rows padded by 16 bytes."""
+        t = self.tile
+        if self.dtype == "float32":
+            ld = self.head_dim + 4
+            return 4 * (t.block_m * ld + t.block_n * ld + t.block_m * (t.block_n + 4))
+        return 2 * (t.block_m + 2 * t.block_n) * (self.head_dim + 8)
 
     @property
     def label(self) -> str:
@@ -120,6 +135,8 @@ def select(target: Target, dtype: str, head_dim: int) -> KernelSpec:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head dim {head_dim} is not supported; supported: {', '.join(map(str, HEAD_DIMS))}")
+    if (dtype, head_dim) not in table:
+        raise NotImplementedError(f"{dtype} attention has no kernel for {target.tuning_arch} yet")
     filename, function = KERNELS[dtype]
     spec = KernelSpec(filename, function, dtype, head_dim, table[(dtype, head_dim)], target.lanes, target.emulated)
     limits = [target] + ([Target.for_arch(target.emulates)] if target.emulates else [])
@@ -133,4 +150,5 @@ def select(target: Target, dtype: str, head_dim: int) -> KernelSpec:
 
 def shipped_variants(target: Target) -> list[KernelSpec]:
     """Every kernel variant portattn would use on ``target``."""
-    return [select(target, dtype, d) for dtype in DTYPES for d in HEAD_DIMS]
+    table = TILE_TABLE[family(target)]
+    return [select(target, dtype, d) for dtype in DTYPES for d in HEAD_DIMS if (dtype, d) in table]

@@ -170,3 +170,110 @@ PA_DEVICE float pa_exp2(float x) { return exp2f(x); }
 #endif
 
 PA_DEVICE float pa_log2(float x) { return log2f(x); }
+
+// ---- matrix units: 16-bit tiles (NVIDIA: cp.async, ldmatrix, mma.sync m16n8k16) ------------------------------
+// PA_BF16 (host define, 0 or 1) picks bfloat16 over float16 for the 16-bit element type. Elements are handled
+// as raw 16-bit words; two of them packed in a 32-bit register ("x2") are what the matrix instructions consume.
+//
+// Fragments of mma.sync m16n8k16 (g = lane / 4, t = lane % 4):
+//   A 16x16 row-major, 4 x2 registers: (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)
+//   B 16x8 (k x n), 2 x2 registers:    (k 2t..2t+1, n g), (k 2t+8..2t+9, n g)
+//   C 16x8 float, 4 registers:         (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)
+#ifndef PA_BF16
+#define PA_BF16 0
+#endif
+typedef unsigned short pa_u16;
+
+#if defined(PA_VENDOR_CUDA)
+#define PA_MMA_M 16
+#define PA_MMA_N 8
+#define PA_MMA_K 16
+
+PA_DEVICE unsigned pa_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// 16-byte global -> shared copy that bypasses registers; `valid == false` writes zeros instead.
+PA_DEVICE void pa_async_copy16(void* dst_smem, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(pa_smem_addr(dst_smem)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+PA_DEVICE void pa_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Wait until at most N committed groups of this thread are still in flight.
+template <int N>
+PA_DEVICE void pa_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Four 8x8 matrices of 16-bit elements; lane i gives the address of row i % 8 of matrix i / 8. Register j gets
+// matrix j with lane l holding row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 (.trans: column instead of row).
+PA_DEVICE void pa_ldmatrix_x4(unsigned (&r)[4], const void* smem) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(pa_smem_addr(smem)));
+}
+PA_DEVICE void pa_ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(pa_smem_addr(smem)));
+}
+
+// c += a * b for one m16n8k16 tile, float accumulate.
+PA_DEVICE void pa_mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#if PA_BF16
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// Fragment loads from shared tiles of 16-bit elements (row stride `ld` elements, rows 16-byte aligned).
+// A: the 16x16 tile at `tile`, row-major (rows = m, columns = k).
+PA_DEVICE void pa_mma_load_a(unsigned (&a)[4], const pa_u16* tile, int ld) {
+    const int lane = pa_lane_id();
+    pa_ldmatrix_x4(a, tile + (lane % 16) * ld + (lane / 16) * 8);
+}
+// B of two adjacent n tiles from a tile stored [n][k] (rows = n): b[0..1] for n 0..7, b[2..3] for n 8..15.
+PA_DEVICE void pa_mma_load_b_nk(unsigned (&b)[4], const pa_u16* tile, int ld) {
+    const int lane = pa_lane_id();
+    pa_ldmatrix_x4(b, tile + (lane % 8 + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8);
+}
+// B of two adjacent n tiles from a tile stored [k][n] (rows = k): b[0..1] for n 0..7, b[2..3] for n 8..15.
+PA_DEVICE void pa_mma_load_b_kn(unsigned (&b)[4], const pa_u16* tile, int ld) {
+    const int lane = pa_lane_id();
+    pa_ldmatrix_x4_trans(b, tile + (lane % 16) * ld + (lane / 16) * 8);
+}
+
+// Where element i (0..3) of this lane's C fragment sits in the 16x8 tile; lanes sharing a row form segments of
+// PA_MMA_ROW_LANES consecutive lanes.
+#define PA_MMA_ROW_LANES 4
+PA_DEVICE int pa_mma_c_row(int i) { return pa_lane_id() / 4 + 8 * (i / 2); }
+PA_DEVICE int pa_mma_c_col(int i) { return 2 * (pa_lane_id() % 4) + i % 2; }
+
+// Round two floats to the 16-bit type and pack them, `lo` in the low half.
+PA_DEVICE unsigned pa_pack_x2(float lo, float hi) {
+    unsigned r;
+#if PA_BF16
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+    return r;
+}
+
+// The A fragment (16 x k16) made of two adjacent C fragments (16 x n8 each): scores become MMA operands in
+// registers.
+PA_DEVICE void pa_mma_a_from_c(unsigned (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+    a[0] = pa_pack_x2(c0[0], c0[1]);
+    a[1] = pa_pack_x2(c0[2], c0[3]);
+    a[2] = pa_pack_x2(c1[0], c1[1]);
+    a[3] = pa_pack_x2(c1[2], c1[3]);
+}
+
+// Store one 16-bit element (a float rounded to the element type).
+PA_DEVICE void pa_store_u16(pa_u16* p, float x) { *p = (pa_u16)(pa_pack_x2(x, 0.f) & 0xffffu); }
+#endif

@@ -35,11 +35,9 @@ def test_planted_wave32_bug_fails_on_64_lanes():
     good = errors(target, planted=False)
     assert all(e <= tol for e in good.values()), f"correct kernel: {good}"
     bad = errors(target, planted=True)
-    # Keys 32..63 of a tile live in lanes 32..63: every vector with more than 32 keys must be caught.
-    for vec in WAVE_WIDE:
-        name, nk = vec["name"], vec["k"].shape[2]
-        caught = not bad[name] <= tol  # a NaN counts as caught
-        assert caught == (nk > 32), f"{name} (seq_k={nk}): error {bad[name]:.2e} with the planted bug"
+    # Lanes 32..63 never see the maxima and sums of lanes 0..31 (nor the reverse): every vector must be caught.
+    missed = {name: e for name, e in bad.items() if e <= tol}  # a NaN counts as caught
+    assert not missed, f"the planted wave32 bug passed the parity check on {missed}"
 
 
 @pytest.mark.skipif(not any(t.lanes == 32 for t in TARGETS), reason="no 32-lane target on this machine")

@@ -52,7 +52,8 @@ def test_detect_and_select(fake_device, arch):
         assert spec.defines["PA_WARP_SIZE"] == lanes and spec.defines["PA_HEAD_DIM"] == d
         assert spec.smem_bytes <= target.smem_per_block
         assert spec.tile.threads % lanes == 0
-    assert len(shipped_variants(target)) == len(HEAD_DIMS)
+    dtypes = ("float32", "float16", "bfloat16") if vendor == "cuda" else ("float32",)
+    assert [(s.dtype, s.head_dim) for s in shipped_variants(target)] == [(t, d) for t in dtypes for d in HEAD_DIMS]
 
 
 @pytest.mark.parametrize("arch", ["gfx908", "gfx90a", "gfx942"])
@@ -120,7 +121,10 @@ def test_smem_limit_is_enforced(fake_device):
 
 def test_unsupported_dtype_and_head_dim():
     target = Target.for_arch("sm_90")
-    with pytest.raises(NotImplementedError, match="float16"):
-        select(target, "float16", 64)
+    assert select(target, "bfloat16", 64).defines["PA_BF16"] == 1 and "PA_BF16" not in select(target, "float16", 64).defines
+    with pytest.raises(NotImplementedError, match="float16 attention has no kernel for gfx90a yet"):
+        select(Target.for_arch("gfx90a"), "float16", 64)
+    with pytest.raises(NotImplementedError, match="float64"):
+        select(target, "float64", 64)
     with pytest.raises(ValueError, match="head dim 80 is not supported"):
         select(target, "float32", 80)

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
+import time
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -42,6 +44,7 @@ class CompiledKernel:
 
 _memory: dict[str, CompiledKernel] = {}
 _lock = threading.Lock()
+_log = logging.getLogger("portattn")
 
 
 def cache_key(source_digest: str, options: list[str], arch: str, backend: str, compiler_version: str) -> str:
@@ -67,7 +70,10 @@ def compile_kernel(spec: KernelSpec, target: Target, cache: DiskCache | None = N
         kernel = CompiledKernel(spec, target.arch, backend.NAME, key, binary, meta["log"],
                                 Resources(**meta["resources"]), True)
     else:
+        _log.info("compiling %s for %s (first use; cached in %s)", spec.label, target.arch, cache.directory)
+        start = time.perf_counter()
         binary, log = backend.compile_source(source, target.arch, opts)
+        _log.info("compiled %s in %.1f s", spec.label, time.perf_counter() - start)
         res = backend.resources(binary, log, spec.function)
         cache.put(key, {"log": log, "resources": res.to_dict(), "label": spec.label, "arch": target.arch}, binary)
         kernel = CompiledKernel(spec, target.arch, backend.NAME, key, binary, log, res, False)

@@ -1,0 +1,207 @@
+// FlashAttention forward on the matrix units: float16 or bfloat16 inputs (PA_BF16), float32 accumulation and
+// softmax.
+//
+// One block computes PA_BLOCK_M query rows of one (batch, head); each wave owns MT tiles of PA_MMA_M rows. Q stays
+// in shared memory; K and V tiles of PA_BLOCK_N keys stream through one buffer each, loaded asynchronously: V of
+// tile j while the scores of tile j are computed, K of tile j+1 while the softmax and P·V of tile j run. Scores
+// stay in registers and become the A operand of P·V directly; online softmax in base 2.
+//
+// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_BF16.
+#include "pa_prelude.cuh"
+#include "pa_params.cuh"
+
+#if !defined(PA_HEAD_DIM) || !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_THREADS)
+#error "PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N and PA_THREADS must be defined by the host"
+#endif
+
+namespace {
+
+constexpr int D = PA_HEAD_DIM;
+constexpr int BM = PA_BLOCK_M;
+constexpr int BN = PA_BLOCK_N;
+constexpr int NT = PA_THREADS;
+constexpr int WAVES = NT / PA_WARP_SIZE;
+constexpr int MT = BM / (WAVES * PA_MMA_M);  // row tiles per wave
+constexpr int SN = BN / PA_MMA_N;            // score column tiles
+constexpr int ON = D / PA_MMA_N;             // output column tiles
+constexpr int LD = D + 8;                    // padded row (elements): 16 extra bytes keep fragment loads conflict-free
+constexpr int CHUNKS = D / 8;                // 16-byte chunks per row
+
+static_assert(NT % PA_WARP_SIZE == 0 && MT >= 1 && BM == WAVES * PA_MMA_M * MT, "bad PA_BLOCK_M / PA_THREADS");
+static_assert(BN % (2 * PA_MMA_N) == 0 && BN % PA_MMA_K == 0, "PA_BLOCK_N must be a multiple of 16");
+static_assert(D % PA_MMA_K == 0 && ON % 2 == 0, "PA_HEAD_DIM must be a multiple of 16");
+
+// Start copying `rows` rows of D elements (row stride `stride`) into a padded shared tile; rows at or past `valid`
+// become zeros.
+PA_DEVICE void load_tile_async(pa_u16* tile, const pa_u16* src, pa_i64 stride, int rows, int valid) {
+    for (int idx = threadIdx.x; idx < rows * CHUNKS; idx += NT) {
+        const int r = idx / CHUNKS;
+        const int c = (idx % CHUNKS) * 8;
+        const bool ok = r < valid;
+        pa_async_copy16(tile + r * LD + c, ok ? src + (pa_i64)r * stride + c : src, ok);
+    }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const PaFwdParams p) {
+    extern __shared__ float4 pa_smem4[];
+    pa_u16* q_s = reinterpret_cast<pa_u16*>(pa_smem4);  // [BM][LD]
+    pa_u16* k_s = q_s + BM * LD;                        // [BN][LD]
+    pa_u16* v_s = k_s + BN * LD;                        // [BN][LD]
+
+    // Heavy (late) query blocks first so causal work balances; then batch*head.
+    const int bh_count = p.batch * p.heads_q;
+    const int m_block = p.num_m_blocks - 1 - (int)(blockIdx.x / bh_count);
+    const int bh = (int)(blockIdx.x % bh_count);
+    const int b = bh / p.heads_q;
+    const int h = bh % p.heads_q;
+    const int h_kv = h / (p.heads_q / p.heads_kv);
+    const int row0 = m_block * BM;
+    const int wave_row0 = pa_wave_id() * MT * PA_MMA_M;
+
+    const pa_u16* q = static_cast<const pa_u16*>(p.q) + b * p.q_sb + h * p.q_sh + (pa_i64)row0 * p.q_sn;
+    const pa_u16* k = static_cast<const pa_u16*>(p.k) + b * p.k_sb + h_kv * p.k_sh;
+    const pa_u16* v = static_cast<const pa_u16*>(p.v) + b * p.v_sb + h_kv * p.v_sh;
+
+    const int n_end = p.causal ? min(p.seqlen_k, row0 + BM) : p.seqlen_k;
+    const int n_tiles = (n_end + BN - 1) / BN;
+
+    load_tile_async(q_s, q, p.q_sn, BM, p.seqlen_q - row0);
+    load_tile_async(k_s, k, p.k_sn, BN, p.seqlen_k);
+    pa_async_commit();
+
+    float acc[MT][ON][4];
+    float row_max[MT][2];
+    float row_sum[MT][2];  // this lane's partial sums over its score columns
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            row_max[mt][r] = pa_neg_inf();
+            row_sum[mt][r] = 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < ON; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.f;
+    }
+
+    for (int tile = 0; tile < n_tiles; ++tile) {
+        const int n0 = tile * BN;
+        pa_async_wait<0>();
+        __syncthreads();  // K of this tile has landed; every wave is done with the previous V
+        load_tile_async(v_s, v + (pa_i64)n0 * p.v_sn, p.v_sn, BN, p.seqlen_k - n0);
+        pa_async_commit();
+
+        float s[MT][SN][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < SN; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) s[mt][j][i] = 0.f;
+#pragma unroll 2  // unrolling all of D lets the fragment loads run ahead and spill
+        for (int k0 = 0; k0 < D; k0 += PA_MMA_K) {
+            unsigned a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) pa_mma_load_a(a[mt], q_s + (wave_row0 + mt * PA_MMA_M) * LD + k0, LD);
+#pragma unroll
+            for (int j = 0; j < SN; j += 2) {
+                unsigned kb[4];
+                pa_mma_load_b_nk(kb, k_s + j * PA_MMA_N * LD + k0, LD);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    pa_mma_16816(s[mt][j], a[mt], kb[0], kb[1]);
+                    pa_mma_16816(s[mt][j + 1], a[mt], kb[2], kb[3]);
+                }
+            }
+        }
+
+        // Online softmax (base 2). Masked and padded keys score -inf.
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = row0 + wave_row0 + mt * PA_MMA_M + pa_mma_c_row(2 * r);
+                float tile_max = pa_neg_inf();
+#pragma unroll
+                for (int j = 0; j < SN; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int key = n0 + j * PA_MMA_N + pa_mma_c_col(2 * r + e);
+                        const bool visible = key < p.seqlen_k && !(p.causal && key > row);
+                        float& x = s[mt][j][2 * r + e];
+                        x = visible ? x * p.scale_log2 : pa_neg_inf();
+                        tile_max = fmaxf(tile_max, x);
+                    }
+                tile_max = pa_group_max<PA_MMA_ROW_LANES>(tile_max);
+                const float new_max = fmaxf(row_max[mt][r], tile_max);
+                const float base = new_max == pa_neg_inf() ? 0.f : new_max;  // all masked so far: keep exp2 finite
+                const float rescale = pa_exp2(row_max[mt][r] - base);
+                row_max[mt][r] = new_max;
+                float part = 0.f;
+#pragma unroll
+                for (int j = 0; j < SN; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float& x = s[mt][j][2 * r + e];
+                        x = pa_exp2(x - base);
+                        part += x;
+                    }
+                row_sum[mt][r] = row_sum[mt][r] * rescale + part;
+#pragma unroll
+                for (int j = 0; j < ON; ++j) {
+                    acc[mt][j][2 * r] *= rescale;
+                    acc[mt][j][2 * r + 1] *= rescale;
+                }
+            }
+        }
+
+        pa_async_wait<0>();
+        __syncthreads();  // V of this tile has landed; every wave is done with K
+        if (tile + 1 < n_tiles) {
+            load_tile_async(k_s, k + (pa_i64)(n0 + BN) * p.k_sn, p.k_sn, BN, p.seqlen_k - n0 - BN);
+            pa_async_commit();
+        }
+
+#pragma unroll
+        for (int kk = 0; kk < SN; kk += 2) {
+            unsigned a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) pa_mma_a_from_c(a[mt], s[mt][kk], s[mt][kk + 1]);
+#pragma unroll
+            for (int j = 0; j < ON; j += 2) {
+                unsigned vb[4];
+                pa_mma_load_b_kn(vb, v_s + kk * PA_MMA_N * LD + j * PA_MMA_N, LD);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    pa_mma_16816(acc[mt][j], a[mt], vb[0], vb[1]);
+                    pa_mma_16816(acc[mt][j + 1], a[mt], vb[2], vb[3]);
+                }
+            }
+        }
+    }
+
+    pa_u16* o = static_cast<pa_u16*>(p.o) + b * p.o_sb + h * p.o_sh;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = row0 + wave_row0 + mt * PA_MMA_M + pa_mma_c_row(2 * r);
+            const float total = pa_group_sum<PA_MMA_ROW_LANES>(row_sum[mt][r]);
+            if (row >= p.seqlen_q) continue;
+            const float inv = 1.f / total;
+            pa_u16* o_row = o + (pa_i64)row * p.o_sn;
+#pragma unroll
+            for (int j = 0; j < ON; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    pa_store_u16(o_row + j * PA_MMA_N + pa_mma_c_col(2 * r + e), acc[mt][j][2 * r + e] * inv);
+            if (p.lse != nullptr && pa_mma_c_col(0) == 0) {
+                const float base = row_max[mt][r] == pa_neg_inf() ? 0.f : row_max[mt][r];
+                p.lse[((pa_i64)b * p.heads_q + h) * p.seqlen_q + row] = (base + pa_log2(total)) * PA_LN2;
+            }
+        }
+    }
+}
