@@ -12,14 +12,19 @@ if _Version(_torch.__version__).release < (2, 4):
 from .errors import CompileError, DriverError, PortattnError, UnsupportedTargetError  # noqa: E402
 from .target import Target, available_targets  # noqa: E402
 from .api import attention, scaled_dot_product_attention  # noqa: E402
+from .sdpa_patch import SdpaStats, disable_sdpa_patch, enable_sdpa_patch, patch_sdpa  # noqa: E402
 
 __all__ = [
     "CompileError",
     "DriverError",
     "PortattnError",
+    "SdpaStats",
     "Target",
     "UnsupportedTargetError",
     "attention",
+    "disable_sdpa_patch",
+    "enable_sdpa_patch",
+    "patch_sdpa",
     "available_targets",
     "scaled_dot_product_attention",
     "__version__",

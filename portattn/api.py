@@ -6,10 +6,10 @@ from numbers import Real
 
 import torch
 
+from . import ops  # noqa: F401  (registers torch.ops.portattn)
 from .select import HEAD_DIMS
 
-SUPPORTED_DTYPES = (torch.float32,)
-PLANNED_DTYPES = (torch.float16, torch.bfloat16)
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _check_tensor(name: str, t: object) -> torch.Tensor:
@@ -26,10 +26,8 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; q, k and v must share a dtype")
-    if q.dtype in PLANNED_DTYPES:
-        raise NotImplementedError(f"dtype {q.dtype} is not supported yet; supported: torch.float32")
     if q.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"q has dtype {q.dtype}; supported: torch.float32")
+        raise TypeError(f"q has dtype {q.dtype}; supported: torch.float32, torch.float16, torch.bfloat16")
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} and v {tuple(v.shape)}")
     if k.shape[0] != q.shape[0]:
@@ -62,15 +60,8 @@ def _check_out(out: object, q: torch.Tensor) -> None:
                          f"shape {tuple(out.shape)}, dtype {out.dtype}, device {out.device}")
     if q.numel() and out.stride(3) != 1:
         raise ValueError("out must have unit stride along head_dim")
-
-
-def _kernel_layout(t: torch.Tensor) -> torch.Tensor:
-    """``t`` itself when the kernel can read it in place (unit stride along head_dim, 16-byte aligned rows),
-    else a fresh contiguous copy."""
-    aligned = t.stride(3) == 1 and t.data_ptr() % 16 == 0 and all(
-        t.shape[i] == 1 or t.stride(i) % 4 == 0 for i in range(3)
-    )
-    return t if aligned else torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
+    if torch.is_grad_enabled() and out.requires_grad:
+        raise NotImplementedError("portattn has no backward pass yet: out must not require grad")
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
@@ -85,6 +76,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     ``torch.nn.functional.scaled_dot_product_attention``'s ``is_causal``). ``scale`` defaults to
     ``1 / sqrt(head_dim)``. With ``return_lse`` also returns the float32 log-sum-exp of the scaled scores,
     ``[batch, heads_q, seq_q]``. ``out``, when given, receives the result and is returned.
+
+    Runs as the operator ``torch.ops.portattn.attention`` (``attention_out`` with ``out``), so it can be traced by
+    ``torch.compile`` and captured in CUDA graphs.
     """
     _check_inputs(q, k, v)
     if not isinstance(causal, bool):
@@ -96,19 +90,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if out is not None:
         _check_out(out, q)
     _check_gpu(q)
-    out = torch.empty_like(q) if out is None else out
-    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if return_lse else None
-    if q.numel() == 0:
-        pass
-    elif k.shape[2] == 0:  # no keys: an empty softmax, as the math reference computes it
-        out.zero_()
-        if lse is not None:
-            lse.fill_(-math.inf)
+    if out is None:
+        out, lse = torch.ops.portattn.attention(q, k, v, causal, float(scale), return_lse)
     else:
-        from .forward import run_forward
-
-        with torch.cuda.device(q.device):
-            run_forward(_kernel_layout(q), _kernel_layout(k), _kernel_layout(v), out, lse, causal, float(scale))
+        lse = torch.ops.portattn.attention_out(q, k, v, out, causal, float(scale), return_lse)
     return (out, lse) if return_lse else out
 
 

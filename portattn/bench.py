@@ -112,7 +112,11 @@ def run(dtypes: list[str], head_dims: list[int], seqlens: list[int], causal: lis
                     rows.append(bench_case(dtype, d, c, n, reps=reps, warmup=warmup))
                     print(format_table(rows[-1:]).splitlines()[-1], flush=True)
     if json_path:
-        meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
         with open(json_path, "w") as f:
-            json.dump({"meta": meta, "rows": [asdict(r) for r in rows]}, f, indent=1)
+            json.dump({"meta": bench_meta(), "rows": [asdict(r) for r in rows]}, f, indent=1)
     return rows
+
+
+def bench_meta() -> dict[str, str]:
+    """Where the numbers come from: device name and torch version."""
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
