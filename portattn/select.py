@@ -52,21 +52,24 @@ def _half_rows(cfg: dict[int, tuple[int, int, int]]) -> dict[tuple[str, int], Ti
 
 _NV_LARGE_SMEM = _fp32_rows({32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 32, 256), 128: (64, 64, 256),
                              256: (64, 64, 256)}) | _half_rows({
-    32: (128, 128, 128), 64: (128, 64, 256), 96: (128, 64, 128), 128: (128, 32, 128), 256: (64, 64, 128)})
+    32: (128, 64, 128), 64: (128, 64, 256), 96: (128, 64, 128), 128: (128, 32, 128), 256: (64, 64, 128)})
 _NV_SMALL_SMEM = _fp32_rows({32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 32, 256), 128: (64, 64, 256),
                              256: (32, 32, 128)}) | _half_rows({
-    32: (128, 128, 128), 64: (128, 64, 256), 96: (128, 64, 128), 128: (128, 32, 128), 256: (64, 32, 128)})
-# 64 KiB of LDS per CU: 8-wave workgroups under 64 KiB keep two waves on each SIMD.
+    32: (128, 64, 128), 64: (128, 64, 256), 96: (128, 64, 128), 128: (128, 32, 128), 256: (64, 32, 128)})
+# 64 KiB of LDS per CU: 8-wave workgroups under 64 KiB keep two waves on each SIMD (d = 256 in 16 bits: one).
 _AMD = _fp32_rows({32: (64, 32, 512), 64: (64, 32, 512), 96: (64, 32, 512), 128: (64, 32, 512),
                    256: (32, 16, 512)})
+_AMD_MFMA = _half_rows({32: (128, 64, 512), 64: (128, 64, 512), 96: (128, 64, 512), 128: (128, 32, 512),
+                        256: (64, 16, 256)})
+_AMD_MFMA_F16_ONLY = {key: tile for key, tile in _AMD_MFMA.items() if key[0] == "float16"}  # no bf16_1k on gfx908
 
 TILE_TABLE: dict[str, dict[tuple[str, int], TileConfig]] = {
     "sm80": _NV_LARGE_SMEM,
     "sm86": _NV_SMALL_SMEM,
     "sm90": _NV_LARGE_SMEM,
-    "cdna1": _AMD,
-    "cdna2": _AMD,
-    "cdna3": _AMD,
+    "cdna1": _AMD | _AMD_MFMA_F16_ONLY,
+    "cdna2": _AMD | _AMD_MFMA,
+    "cdna3": _AMD | _AMD_MFMA,
     "rdna3": _AMD,
 }
 

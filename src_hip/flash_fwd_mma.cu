@@ -2,13 +2,13 @@
 // FlashAttention forward on the matrix units: float16 or bfloat16 inputs (PA_BF16), float32 accumulation and
 // softmax.
 //
-// One block computes PA_BLOCK_M query rows of one (batch, head); each wave owns MT tiles of PA_MMA_M rows. Q stays
-// in shared memory; K and V tiles of PA_BLOCK_N keys stream through one buffer each, loaded asynchronously: V of
+// The matrix-unit tiles come from pa_mma.cuh (NVIDIA mma.sync or AMD MFMA). One block computes PA_BLOCK_M query
+// rows of one (batch, head); each wave owns MT tiles of PA_MMA_M rows. Q stays in shared memory; K and V tiles of PA_BLOCK_N keys stream through one buffer each, loaded asynchronously: V of
 // tile j while the scores of tile j are computed, K of tile j+1 while the softmax and P·V of tile j run. Scores
 // stay in registers and become the A operand of P·V directly; online softmax in base 2.
 //
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_BF16.
-#include "pa_prelude.cuh"
+#include "pa_mma.cuh"
 #include "pa_params.cuh"
 
 #if !defined(PA_HEAD_DIM) || !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_THREADS)
@@ -28,9 +28,11 @@ constexpr int ON = D / PA_MMA_N;             // output column tiles
 constexpr int LD = D + 8;                    // padded row (elements): 16 extra bytes keep fragment loads conflict-free
 constexpr int CHUNKS = D / 8;                // 16-byte chunks per row
 
+constexpr int C_REGS = PA_MMA_C_ROWS * PA_MMA_C_COLS;
+
 static_assert(NT % PA_WARP_SIZE == 0 && MT >= 1 && BM == WAVES * PA_MMA_M * MT, "bad PA_BLOCK_M / PA_THREADS");
-static_assert(BN % (2 * PA_MMA_N) == 0 && BN % PA_MMA_K == 0, "PA_BLOCK_N must be a multiple of 16");
-static_assert(D % PA_MMA_K == 0 && ON % 2 == 0, "PA_HEAD_DIM must be a multiple of 16");
+static_assert(SN % PA_MMA_B_TILES == 0 && SN % PA_MMA_C_PER_A == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_N");
+static_assert(D % PA_MMA_K == 0 && ON % PA_MMA_B_TILES == 0, "unsupported PA_HEAD_DIM");
 
 // Start copying `rows` rows of D elements (row stride `stride`) into a padded shared tile; rows at or past `valid`
 // become zeros.
@@ -72,20 +74,20 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
     load_tile_async(k_s, k, p.k_sn, BN, p.seqlen_k);
     pa_async_commit();
 
-    float acc[MT][ON][4];
-    float row_max[MT][2];
-    float row_sum[MT][2];  // this lane's partial sums over its score columns
+    pa_mma_c acc[MT][ON];
+    float row_max[MT][PA_MMA_C_ROWS];
+    float row_sum[MT][PA_MMA_C_ROWS];  // this lane's partial sums over its score columns
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
+        for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
             row_max[mt][r] = pa_neg_inf();
             row_sum[mt][r] = 0.f;
         }
 #pragma unroll
         for (int j = 0; j < ON; ++j)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.f;
+            for (int i = 0; i < C_REGS; ++i) acc[mt][j][i] = 0.f;
     }
 
     for (int tile = 0; tile < n_tiles; ++tile) {
@@ -95,27 +97,26 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
         load_tile_async(v_s, v + (pa_i64)n0 * p.v_sn, p.v_sn, BN, p.seqlen_k - n0);
         pa_async_commit();
 
-        float s[MT][SN][4];
+        pa_mma_c s[MT][SN];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int j = 0; j < SN; ++j)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) s[mt][j][i] = 0.f;
+                for (int i = 0; i < C_REGS; ++i) s[mt][j][i] = 0.f;
 #pragma unroll 2  // unrolling all of D lets the fragment loads run ahead and spill
         for (int k0 = 0; k0 < D; k0 += PA_MMA_K) {
-            unsigned a[MT][4];
+            pa_mma_a a[MT];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) pa_mma_load_a(a[mt], q_s + (wave_row0 + mt * PA_MMA_M) * LD + k0, LD);
 #pragma unroll
-            for (int j = 0; j < SN; j += 2) {
-                unsigned kb[4];
+            for (int j = 0; j < SN; j += PA_MMA_B_TILES) {
+                pa_mma_b kb;
                 pa_mma_load_b_nk(kb, k_s + j * PA_MMA_N * LD + k0, LD);
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    pa_mma_16816(s[mt][j], a[mt], kb[0], kb[1]);
-                    pa_mma_16816(s[mt][j + 1], a[mt], kb[2], kb[3]);
-                }
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(s[mt][j + t], a[mt], kb, t);
             }
         }
 
@@ -123,17 +124,17 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int row = row0 + wave_row0 + mt * PA_MMA_M + pa_mma_c_row(2 * r);
+            for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
+                const int row = row0 + wave_row0 + mt * PA_MMA_M + pa_mma_c_row(r);
                 float tile_max = pa_neg_inf();
 #pragma unroll
                 for (int j = 0; j < SN; ++j)
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int key = n0 + j * PA_MMA_N + pa_mma_c_col(2 * r + e);
+                    for (int e = 0; e < PA_MMA_C_COLS; ++e) {
+                        const int key = n0 + j * PA_MMA_N + pa_mma_c_col(e);
                         const bool visible = key < p.seqlen_k && !(p.causal && key > row);
-                        float& x = s[mt][j][2 * r + e];
-                        x = visible ? x * p.scale_log2 : pa_neg_inf();
+                        const float x = visible ? s[mt][j][r * PA_MMA_C_COLS + e] * p.scale_log2 : pa_neg_inf();
+                        s[mt][j][r * PA_MMA_C_COLS + e] = x;
                         tile_max = fmaxf(tile_max, x);
                     }
                 tile_max = pa_group_max<PA_MMA_ROW_LANES>(tile_max);
@@ -145,17 +146,16 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
 #pragma unroll
                 for (int j = 0; j < SN; ++j)
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float& x = s[mt][j][2 * r + e];
-                        x = pa_exp2(x - base);
+                    for (int e = 0; e < PA_MMA_C_COLS; ++e) {
+                        const float x = pa_exp2(s[mt][j][r * PA_MMA_C_COLS + e] - base);
+                        s[mt][j][r * PA_MMA_C_COLS + e] = x;
                         part += x;
                     }
                 row_sum[mt][r] = row_sum[mt][r] * rescale + part;
 #pragma unroll
-                for (int j = 0; j < ON; ++j) {
-                    acc[mt][j][2 * r] *= rescale;
-                    acc[mt][j][2 * r + 1] *= rescale;
-                }
+                for (int j = 0; j < ON; ++j)
+#pragma unroll
+                    for (int e = 0; e < PA_MMA_C_COLS; ++e) acc[mt][j][r * PA_MMA_C_COLS + e] *= rescale;
             }
         }
 
@@ -167,19 +167,18 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
         }
 
 #pragma unroll
-        for (int kk = 0; kk < SN; kk += 2) {
-            unsigned a[MT][4];
+        for (int kk = 0; kk < SN; kk += PA_MMA_C_PER_A) {
+            pa_mma_a a[MT];
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) pa_mma_a_from_c(a[mt], s[mt][kk], s[mt][kk + 1]);
+            for (int mt = 0; mt < MT; ++mt) pa_mma_a_from_c(a[mt], &s[mt][kk]);
 #pragma unroll
-            for (int j = 0; j < ON; j += 2) {
-                unsigned vb[4];
+            for (int j = 0; j < ON; j += PA_MMA_B_TILES) {
+                pa_mma_b vb;
                 pa_mma_load_b_kn(vb, v_s + kk * PA_MMA_N * LD + j * PA_MMA_N, LD);
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    pa_mma_16816(acc[mt][j], a[mt], vb[0], vb[1]);
-                    pa_mma_16816(acc[mt][j + 1], a[mt], vb[2], vb[3]);
-                }
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(acc[mt][j + t], a[mt], vb, t);
             }
         }
     }
@@ -188,8 +187,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = row0 + wave_row0 + mt * PA_MMA_M + pa_mma_c_row(2 * r);
+        for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
+            const int row = row0 + wave_row0 + mt * PA_MMA_M + pa_mma_c_row(r);
             const float total = pa_group_sum<PA_MMA_ROW_LANES>(row_sum[mt][r]);
             if (row >= p.seqlen_q) continue;
             const float inv = 1.f / total;
@@ -197,8 +196,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
 #pragma unroll
             for (int j = 0; j < ON; ++j)
 #pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    pa_store_u16(o_row + j * PA_MMA_N + pa_mma_c_col(2 * r + e), acc[mt][j][2 * r + e] * inv);
+                for (int e = 0; e < PA_MMA_C_COLS; ++e)
+                    pa_store_u16(o_row + j * PA_MMA_N + pa_mma_c_col(e), acc[mt][j][r * PA_MMA_C_COLS + e] * inv);
             if (p.lse != nullptr && pa_mma_c_col(0) == 0) {
                 const float base = row_max[mt][r] == pa_neg_inf() ? 0.f : row_max[mt][r];
                 p.lse[((pa_i64)b * p.heads_q + h) * p.seqlen_q + row] = (base + pa_log2(total)) * PA_LN2;

@@ -43,6 +43,12 @@ TARGET = Target.for_arch(ARCH)
 SPECS = shipped_variants(TARGET)
 
 
+def min_waves_per_simd(spec) -> int:
+    """Two waves per SIMD, except the 16-bit d = 256 tile: its 4-wave workgroup needs 50 KiB of LDS, so one
+    workgroup (one wave per SIMD) fits a CU."""
+    return 1 if spec.dtype != "float32" and spec.head_dim == 256 else 2
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return DiskCache(tmp_path_factory.mktemp("amd-kernels"))
@@ -58,10 +64,12 @@ def test_variant_fits_gfx90a(spec, cache):
     assert meta[".vgpr_count"] == res.registers > 0, info
     assert res.wavefront_size == 64, info
     assert res.scratch_bytes == 0, info
-    assert res.spill_bytes == 0, info
+    # VGPR spills would go to scratch memory: none. SGPR spills land in VGPR lanes when there is no scratch (the
+    # 16-bit kernel's unrolled tile loops keep many uniform values); they cost v_writelane/v_readlane, no memory.
+    assert meta[".vgpr_spill_count"] == 0, info
     assert res.static_smem + spec.smem_bytes <= LDS_PER_CU, info
     waves = amd_waves_per_simd(res, spec)
-    assert waves >= 2, f"{info} -> {waves} waves/SIMD"
+    assert waves >= min_waves_per_simd(spec), f"{info} -> {waves} waves/SIMD"
 
     text = amdgpu_metadata.disassemble(kernel.binary, ARCH)
     if text is None:
@@ -70,6 +78,9 @@ def test_variant_fits_gfx90a(spec, cache):
     spill_ops = [ln.strip() for ln in text.splitlines()
                  if any(op in ln for op in ("scratch_", "buffer_store", "buffer_load"))]
     assert not spill_ops, f"{info}: spill traffic:\n" + "\n".join(spill_ops[:10])
+    if spec.dtype != "float32":
+        mnemonic = "v_mfma_f32_16x16x16" + ("bf16_1k" if spec.dtype == "bfloat16" else "f16")
+        assert mnemonic in text, f"{info}: no {mnemonic} in the machine code"
 
 
 def test_prelude_probe_compiles_for_gfx90a(cache):

@@ -52,7 +52,7 @@ def test_detect_and_select(fake_device, arch):
         assert spec.defines["PA_WARP_SIZE"] == lanes and spec.defines["PA_HEAD_DIM"] == d
         assert spec.smem_bytes <= target.smem_per_block
         assert spec.tile.threads % lanes == 0
-    dtypes = ("float32", "float16", "bfloat16") if vendor == "cuda" else ("float32",)
+    dtypes = {"cdna1": ("float32", "float16"), "rdna3": ("float32",)}.get(fam, ("float32", "float16", "bfloat16"))
     assert [(s.dtype, s.head_dim) for s in shipped_variants(target)] == [(t, d) for t in dtypes for d in HEAD_DIMS]
 
 
@@ -62,7 +62,9 @@ def test_cdna_tiles_fit_two_waves_per_simd_by_lds(arch):
     for spec in shipped_variants(target):
         waves = spec.tile.threads // 64
         groups = 65536 // spec.smem_bytes
-        assert groups * waves >= 8, f"{spec.label}: LDS alone allows only {groups * waves} waves per CU"
+        # The 16-bit d = 256 tile is the one exception: one 4-wave workgroup (one wave per SIMD) per CU.
+        wanted = 4 if spec.dtype != "float32" and spec.head_dim == 256 else 8
+        assert groups * waves >= wanted, f"{spec.label}: LDS alone allows only {groups * waves} waves per CU"
 
 
 def test_offline_and_detected_targets_agree(fake_device):
@@ -122,8 +124,8 @@ def test_smem_limit_is_enforced(fake_device):
 def test_unsupported_dtype_and_head_dim():
     target = Target.for_arch("sm_90")
     assert select(target, "bfloat16", 64).defines["PA_BF16"] == 1 and "PA_BF16" not in select(target, "float16", 64).defines
-    with pytest.raises(NotImplementedError, match="float16 attention has no kernel for gfx90a yet"):
-        select(Target.for_arch("gfx90a"), "float16", 64)
+    with pytest.raises(NotImplementedError, match="bfloat16 attention has no kernel for gfx908 yet"):
+        select(Target.for_arch("gfx908"), "bfloat16", 64)
     with pytest.raises(NotImplementedError, match="float64"):
         select(target, "float64", 64)
     with pytest.raises(ValueError, match="head dim 80 is not supported"):

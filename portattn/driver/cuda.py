@@ -65,7 +65,7 @@ class Function:
     handle: object
     name: str
     device_index: int
-    smem_limit: int = _DEFAULT_SMEM_LIMIT
+    smem_limit: int = _DEFAULT_SMEM_LIMIT  # dynamic shared memory a launch may use without raising the limit
 
 
 class Module:
@@ -74,9 +74,13 @@ class Module:
         self.device_index = device_index
 
     def function(self, name: str) -> Function:
+        drv = _driver()
         with _Current(self.device_index):
-            fn = _check(_driver().cuModuleGetFunction(self.handle, name.encode()), f"cuModuleGetFunction({name})")
-        return Function(fn, name, self.device_index)
+            fn = _check(drv.cuModuleGetFunction(self.handle, name.encode()), f"cuModuleGetFunction({name})")
+            static = _check(drv.cuFuncGetAttribute(drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn),
+                            f"cuFuncGetAttribute({name})")
+        # Without an opt-in, static + dynamic shared memory must stay within the default 48 KiB.
+        return Function(fn, name, self.device_index, _DEFAULT_SMEM_LIMIT - int(static))
 
 
 def load(binary: bytes, device_index: int) -> Module:
