@@ -120,7 +120,9 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
             }
         }
 
-        // Online softmax (base 2). Masked and padded keys score -inf.
+        // Online softmax (base 2). Masked and padded keys score -inf; only tiles that reach past the keys or
+        // (causal) past this wave's first row need the per-element test.
+        const bool partial = n0 + BN > p.seqlen_k || (p.causal && n0 + BN - 1 > row0 + wave_row0);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -132,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
 #pragma unroll
                     for (int e = 0; e < PA_MMA_C_COLS; ++e) {
                         const int key = n0 + j * PA_MMA_N + pa_mma_c_col(e);
-                        const bool visible = key < p.seqlen_k && !(p.causal && key > row);
+                        const bool visible = !partial || (key < p.seqlen_k && !(p.causal && key > row));
                         const float x = visible ? s[mt][j][r * PA_MMA_C_COLS + e] * p.scale_log2 : pa_neg_inf();
                         s[mt][j][r * PA_MMA_C_COLS + e] = x;
                         tile_max = fmaxf(tile_max, x);
