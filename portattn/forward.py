@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import threading
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -19,9 +20,20 @@ _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat
 _targets: dict[tuple[int, str], Target] = {}
 _functions: dict[tuple[int, Target, KernelSpec], object] = {}
 _lock = threading.Lock()
-# Verification hooks (portattn.testing): a forced target and a transformation of the selected variant.
-OVERRIDES: ContextVar[tuple[Target | None, Callable[[KernelSpec], KernelSpec] | None]] = ContextVar(
-    "portattn_overrides", default=(None, None))
+KERNEL_ENV = "PORTATTN_KERNEL"
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Verification hooks (portattn.testing): a forced target, a forced kernel ("mma" / "simt") and a
+    transformation of the selected variant."""
+
+    target: Target | None = None
+    kernel: str | None = None
+    tweak: Callable[[KernelSpec], KernelSpec] | None = None
+
+
+OVERRIDES: ContextVar[Overrides] = ContextVar("portattn_overrides", default=Overrides())
 
 
 def target_for(device: torch.device) -> Target:
@@ -60,14 +72,14 @@ def run_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
                 causal: bool, scale: float) -> None:
     """Launch the forward kernel. Inputs are validated, non-empty and in a layout the kernel takes."""
     target = target_for(q.device)
-    forced, tweak = OVERRIDES.get()
-    if forced is not None:
-        if (forced.vendor, forced.arch) != (target.vendor, target.arch):
-            raise UnsupportedTargetError(f"target {forced} cannot run on this device ({target})")
-        target = forced
-    spec = select(target, _DTYPE_NAMES[q.dtype], q.shape[-1])
-    if tweak is not None:
-        spec = tweak(spec)
+    hooks = OVERRIDES.get()
+    if hooks.target is not None:
+        if (hooks.target.vendor, hooks.target.arch) != (target.vendor, target.arch):
+            raise UnsupportedTargetError(f"target {hooks.target} cannot run on this device ({target})")
+        target = hooks.target
+    spec = select(target, _DTYPE_NAMES[q.dtype], q.shape[-1], hooks.kernel or os.environ.get(KERNEL_ENV) or None)
+    if hooks.tweak is not None:
+        spec = hooks.tweak(spec)
     fn = _function(target, spec, q.device.index)
     batch, heads_q, seqlen_q, _ = q.shape
     _, heads_kv, seqlen_k, _ = k.shape

@@ -1,7 +1,8 @@
 """Kernel choice: which kernel and which tile configuration for a target, dtype and head dim.
 
-Tuning is data: ``TILE_TABLE`` maps (arch family, dtype, head dim) to a tile configuration. A row that is not
-in the table is not supported, and the error says what is.
+Tuning is data: ``MMA_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile configuration of the
+matrix-unit and the simt kernel. The matrix-unit row wins where there is one; a shape with no row in either table
+is not supported, and the error says so.
 """
 from __future__ import annotations
 
@@ -25,11 +26,11 @@ ARCH_FAMILY: dict[str, str] = {
     "gfx1100": "rdna3",
 }
 
-# Kernel families: source file and entry point, by dtype.
+# Kernels: source file and entry point. "mma" runs on the matrix units (16-bit inputs; float32 as 3xTF32 on NVIDIA,
+# fp32 MFMA on AMD), "simt" is the portable float32 kernel for targets or shapes without a matrix-unit row.
 KERNELS: dict[str, tuple[str, str]] = {
-    "float32": ("flash_fwd_f32.cu", "pa_flash_fwd_f32"),
-    "float16": ("flash_fwd_mma.cu", "pa_flash_fwd_mma"),
-    "bfloat16": ("flash_fwd_mma.cu", "pa_flash_fwd_mma"),
+    "mma": ("flash_fwd_mma.cu", "pa_flash_fwd_mma"),
+    "simt": ("flash_fwd_f32.cu", "pa_flash_fwd_f32"),
 }
 
 
@@ -38,40 +39,60 @@ class TileConfig:
     block_m: int  # query rows per block
     block_n: int  # keys per streamed tile
     threads: int  # threads per block
-    row_lanes: int = 16  # lanes sharing one query row group (its max / sum reductions span them)
+    row_lanes: int = 16  # simt kernel: lanes sharing one query row group (its max / sum reductions span them)
 
 
-def _fp32_rows(cfg: dict[int, tuple[int, int, int]]) -> dict[tuple[str, int], TileConfig]:
-    return {("float32", d): TileConfig(*v) for d, v in cfg.items()}
+Rows = dict[tuple[str, int], TileConfig]
 
 
-def _half_rows(cfg: dict[int, tuple[int, int, int]]) -> dict[tuple[str, int], TileConfig]:
-    """The same tiles for float16 and bfloat16 (the matrix-unit kernel)."""
-    return {(dt, d): TileConfig(*v) for dt in ("float16", "bfloat16") for d, v in cfg.items()}
+def _rows(dtypes: tuple[str, ...], cfg: dict[int, tuple[int, int, int]]) -> Rows:
+    return {(dt, d): TileConfig(*v) for dt in dtypes for d, v in cfg.items()}
 
 
-_NV_LARGE_SMEM = _fp32_rows({32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 32, 256), 128: (64, 64, 256),
-                             256: (64, 64, 256)}) | _half_rows({
-    32: (128, 64, 128), 64: (128, 64, 256), 96: (128, 64, 128), 128: (128, 32, 128), 256: (64, 64, 128)})
-_NV_SMALL_SMEM = _fp32_rows({32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 32, 256), 128: (64, 64, 256),
-                             256: (32, 32, 128)}) | _half_rows({
-    32: (128, 64, 128), 64: (128, 64, 256), 96: (128, 64, 128), 128: (128, 32, 128), 256: (64, 32, 128)})
-# 64 KiB of LDS per CU: 8-wave workgroups under 64 KiB keep two waves on each SIMD (d = 256 in 16 bits: one).
-_AMD = _fp32_rows({32: (64, 32, 512), 64: (64, 32, 512), 96: (64, 32, 512), 128: (64, 32, 512),
-                   256: (32, 16, 512)})
-_AMD_MFMA = _half_rows({32: (128, 64, 512), 64: (128, 64, 512), 96: (128, 64, 512), 128: (128, 32, 512),
-                        256: (64, 16, 256)})
-_AMD_MFMA_F16_ONLY = {key: tile for key, tile in _AMD_MFMA.items() if key[0] == "float16"}  # no bf16_1k on gfx908
+HALF = ("float16", "bfloat16")
 
-TILE_TABLE: dict[str, dict[tuple[str, int], TileConfig]] = {
-    "sm80": _NV_LARGE_SMEM,
-    "sm86": _NV_SMALL_SMEM,
-    "sm90": _NV_LARGE_SMEM,
-    "cdna1": _AMD | _AMD_MFMA_F16_ONLY,
-    "cdna2": _AMD | _AMD_MFMA,
-    "cdna3": _AMD | _AMD_MFMA,
-    "rdna3": _AMD,
+# Matrix-unit kernel: (dtype, head dim) -> tile, per family.
+# float32 d = 256 has no tile without register spills (the 3xTF32 fragments are twice as large): simt kernel.
+_NV_MMA = _rows(HALF, {32: (128, 64, 256), 64: (128, 64, 256), 96: (128, 64, 128), 128: (128, 32, 128),
+                       256: (64, 64, 128)}) | _rows(("float32",), {
+    32: (64, 64, 128), 64: (128, 32, 128), 96: (64, 32, 128), 128: (64, 64, 128)})
+_NV_MMA_SMALL_SMEM = _NV_MMA | _rows(HALF, {256: (64, 32, 128)})
+_NV_MMA_SM80 = _NV_MMA | _rows(HALF, {64: (128, 64, 128)})  # sm_80's ptxas caps the 256-thread tile at 128 registers
+# 64 KiB of LDS per CU: 8-wave workgroups within it keep two waves on each SIMD; the 16-bit d = 256 and float32
+# d = 96 / 128 tiles fit one 4-wave workgroup per CU (one wave per SIMD); float32 d = 256 has no matrix-unit tile
+# that fits and runs the simt kernel.
+_AMD_MFMA = _rows(HALF, {32: (128, 64, 512), 64: (128, 64, 512), 96: (128, 64, 512), 128: (128, 32, 512),
+                         256: (64, 16, 256)}) | _rows(("float32",), {
+    32: (128, 64, 512), 64: (128, 32, 512), 96: (64, 32, 256), 128: (64, 16, 256)})
+_AMD_MFMA_NO_BF16 = {key: tile for key, tile in _AMD_MFMA.items() if key[0] != "bfloat16"}  # gfx908: no bf16_1k
+
+MMA_TILES: dict[str, Rows] = {
+    "sm80": _NV_MMA_SM80,
+    "sm86": _NV_MMA_SMALL_SMEM,
+    "sm90": _NV_MMA,
+    "cdna1": _AMD_MFMA_NO_BF16,
+    "cdna2": _AMD_MFMA,
+    "cdna3": _AMD_MFMA,
+    "rdna3": {},
 }
+
+# simt kernel (float32 only).
+_NV_SIMT = _rows(("float32",), {32: (64, 64, 256), 64: (64, 64, 256), 96: (64, 32, 256), 128: (64, 64, 256),
+                                256: (64, 64, 256)})
+_NV_SIMT_SMALL_SMEM = _NV_SIMT | _rows(("float32",), {256: (32, 32, 128)})
+_AMD_SIMT = _rows(("float32",), {32: (64, 32, 512), 64: (64, 32, 512), 96: (64, 32, 512), 128: (64, 32, 512),
+                                 256: (32, 16, 512)})
+
+SIMT_TILES: dict[str, Rows] = {
+    "sm80": _NV_SIMT,
+    "sm86": _NV_SIMT_SMALL_SMEM,
+    "sm90": _NV_SIMT,
+    "cdna1": _AMD_SIMT,
+    "cdna2": _AMD_SIMT,
+    "cdna3": _AMD_SIMT,
+    "rdna3": _AMD_SIMT,
+}
+TABLES: dict[str, dict[str, Rows]] = {"mma": MMA_TILES, "simt": SIMT_TILES}
 
 
 @dataclass(frozen=True)
@@ -88,6 +109,18 @@ class KernelSpec:
     test_defines: tuple[tuple[str, int], ...] = ()  # set only by portattn.testing
 
     @property
+    def kernel(self) -> str:
+        """"mma" or "simt" (see KERNELS)."""
+        return "simt" if self.filename == KERNELS["simt"][0] else "mma"
+
+    @property
+    def ieee_infinities(self) -> bool:
+        """Whether infinite inputs give what IEEE arithmetic gives. Not for float32 on NVIDIA's matrix units:
+        3xTF32 splits x = inf into inf plus an inf - inf = NaN correction, so NaN appears where the exact result
+        is ±inf or finite."""
+        return not (self.kernel == "mma" and self.dtype == "float32" and self.lanes == 32)
+
+    @property
     def defines(self) -> dict[str, int]:
         defines = {
             "PA_WARP_SIZE": self.lanes,
@@ -101,17 +134,20 @@ class KernelSpec:
             defines["PA_EMULATE_WAVE64"] = 1
         if self.dtype == "bfloat16":
             defines["PA_BF16"] = 1
+        if self.dtype == "float32" and self.kernel == "mma":
+            defines["PA_F32"] = 1
         return defines | dict(self.test_defines)
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory. float32: Q tile, one K/V tile (padded rows) and the probability tile.
-        16-bit: Q tile, K tile and V tile, rows padded by 16 bytes."""
+        """Dynamic shared memory. simt: Q tile, one K/V tile (padded rows) and the probability tile, float32.
+        mma: Q tile, K tile and V tile of the input type, rows padded by 16 bytes."""
         t = self.tile
-        if self.dtype == "float32":
+        if self.kernel == "simt":
             ld = self.head_dim + 4
             return 4 * (t.block_m * ld + t.block_n * ld + t.block_m * (t.block_n + 4))
-        return 2 * (t.block_m + 2 * t.block_n) * (self.head_dim + 8)
+        size = 4 if self.dtype == "float32" else 2
+        return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)
 
     @property
     def label(self) -> str:
@@ -131,17 +167,24 @@ def family(target: Target) -> str:
         ) from None
 
 
-def select(target: Target, dtype: str, head_dim: int) -> KernelSpec:
-    """The kernel variant for ``dtype`` and ``head_dim`` on ``target``."""
-    table = TILE_TABLE[family(target)]
-    if dtype not in KERNELS:
+def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None) -> KernelSpec:
+    """The kernel variant for ``dtype`` and ``head_dim`` on ``target``: the matrix-unit kernel where the tables
+    have a row for it, else the simt kernel; ``kernel`` ("mma" or "simt") asks for one of them."""
+    fam = family(target)
+    if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head dim {head_dim} is not supported; supported: {', '.join(map(str, HEAD_DIMS))}")
-    if (dtype, head_dim) not in table:
-        raise NotImplementedError(f"{dtype} attention has no kernel for {target.tuning_arch} yet")
-    filename, function = KERNELS[dtype]
-    spec = KernelSpec(filename, function, dtype, head_dim, table[(dtype, head_dim)], target.lanes, target.emulated)
+    if kernel is not None and kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(KERNELS)} or None, got {kernel!r}")
+    key = (dtype, head_dim)
+    chosen = kernel or next((k for k in ("mma", "simt") if key in TABLES[k][fam]), None)
+    if chosen is None or key not in TABLES[chosen][fam]:
+        which = f"{kernel} kernel" if kernel else "kernel"
+        raise NotImplementedError(f"{dtype} attention has no {which} for {target.tuning_arch} at head dim "
+                                  f"{head_dim} yet")
+    filename, function = KERNELS[chosen]
+    spec = KernelSpec(filename, function, dtype, head_dim, TABLES[chosen][fam][key], target.lanes, target.emulated)
     limits = [target] + ([Target.for_arch(target.emulates)] if target.emulates else [])
     for t in limits:
         if spec.smem_bytes > t.smem_per_block:
@@ -152,6 +195,7 @@ def select(target: Target, dtype: str, head_dim: int) -> KernelSpec:
 
 
 def shipped_variants(target: Target) -> list[KernelSpec]:
-    """Every kernel variant portattn would use on ``target``."""
-    table = TILE_TABLE[family(target)]
-    return [select(target, dtype, d) for dtype in DTYPES for d in HEAD_DIMS if (dtype, d) in table]
+    """Every kernel variant portattn can use on ``target``: each table row of the matrix-unit and simt kernels."""
+    fam = family(target)
+    keys = [(dt, d) for dt in DTYPES for d in HEAD_DIMS]
+    return [select(target, dt, d, k) for k in ("mma", "simt") for dt, d in keys if (dt, d) in TABLES[k][fam]]

@@ -1,4 +1,4 @@
-"""Verification hooks: run the kernels for a chosen target, or a modified kernel variant.
+"""Verification hooks: run the kernels for a chosen target, a chosen kernel, or a modified kernel variant.
 
 For tests and kernel authors, not for production use. Both hooks apply to the calls made inside the ``with``
 block, in the current thread or task only.
@@ -6,10 +6,11 @@ block, in the current thread or task only.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Callable, Iterator
 
 from .forward import OVERRIDES
-from .select import KernelSpec
+from .select import KERNELS, KernelSpec
 from .target import Target
 
 
@@ -19,9 +20,22 @@ def use_target(target: Target) -> Iterator[Target]:
     instead of the device's default target."""
     if not isinstance(target, Target):
         raise TypeError(f"target must be a portattn Target, got {type(target).__name__}")
-    token = OVERRIDES.set((target, OVERRIDES.get()[1]))
+    token = OVERRIDES.set(replace(OVERRIDES.get(), target=target))
     try:
         yield target
+    finally:
+        OVERRIDES.reset(token)
+
+
+@contextmanager
+def use_kernel(kernel: str) -> Iterator[str]:
+    """Run attention calls on ``kernel``: "mma" (matrix units) or "simt" (float32 only), like the
+    ``PORTATTN_KERNEL`` environment variable."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    token = OVERRIDES.set(replace(OVERRIDES.get(), kernel=kernel))
+    try:
+        yield kernel
     finally:
         OVERRIDES.reset(token)
 
@@ -30,7 +44,7 @@ def use_target(target: Target) -> Iterator[Target]:
 def tweak_variant(tweak: Callable[[KernelSpec], KernelSpec]) -> Iterator[None]:
     """Replace the selected kernel variant by ``tweak(variant)``: other tile shapes, or test-only defines such
     as the planted wave32 bug of the sensitivity test."""
-    token = OVERRIDES.set((OVERRIDES.get()[0], tweak))
+    token = OVERRIDES.set(replace(OVERRIDES.get(), tweak=tweak))
     try:
         yield
     finally:

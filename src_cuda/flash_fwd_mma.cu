@@ -1,12 +1,13 @@
-// FlashAttention forward on the matrix units: float16 or bfloat16 inputs (PA_BF16), float32 accumulation and
-// softmax.
+// FlashAttention forward on the matrix units: float16, bfloat16 (PA_BF16) or float32 (PA_F32) inputs, float32
+// accumulation and softmax.
 //
 // The matrix-unit tiles come from pa_mma.cuh (NVIDIA mma.sync or AMD MFMA). One block computes PA_BLOCK_M query
-// rows of one (batch, head); each wave owns MT tiles of PA_MMA_M rows. Q stays in shared memory; K and V tiles of PA_BLOCK_N keys stream through one buffer each, loaded asynchronously: V of
-// tile j while the scores of tile j are computed, K of tile j+1 while the softmax and P·V of tile j run. Scores
-// stay in registers and become the A operand of P·V directly; online softmax in base 2.
+// rows of one (batch, head); each wave owns MT tiles of PA_MMA_M rows. Q stays in shared memory; K and V tiles of
+// PA_BLOCK_N keys stream through one buffer each, loaded asynchronously: V of tile j while the scores of tile j are
+// computed, K of tile j+1 while the softmax and P·V of tile j run. Scores stay in registers and become the A
+// operand of P·V directly; online softmax in base 2.
 //
-// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_BF16.
+// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_BF16, PA_F32.
 #include "pa_mma.cuh"
 #include "pa_params.cuh"
 
@@ -24,21 +25,22 @@ constexpr int WAVES = NT / PA_WARP_SIZE;
 constexpr int MT = BM / (WAVES * PA_MMA_M);  // row tiles per wave
 constexpr int SN = BN / PA_MMA_N;            // score column tiles
 constexpr int ON = D / PA_MMA_N;             // output column tiles
-constexpr int LD = D + 8;                    // padded row (elements): 16 extra bytes keep fragment loads conflict-free
-constexpr int CHUNKS = D / 8;                // 16-byte chunks per row
+constexpr int PER16 = 16 / (int)sizeof(pa_elem);  // elements per 16 bytes
+constexpr int LD = D + PER16;                // padded row (elements): 16 extra bytes keep fragment loads conflict-free
+constexpr int CHUNKS = D / PER16;            // 16-byte chunks per row
 
 constexpr int C_REGS = PA_MMA_C_ROWS * PA_MMA_C_COLS;
 
 static_assert(NT % PA_WARP_SIZE == 0 && MT >= 1 && BM == WAVES * PA_MMA_M * MT, "bad PA_BLOCK_M / PA_THREADS");
-static_assert(SN % PA_MMA_B_TILES == 0 && SN % PA_MMA_C_PER_A == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_N");
+static_assert(SN % PA_MMA_B_TILES == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_N");
 static_assert(D % PA_MMA_K == 0 && ON % PA_MMA_B_TILES == 0, "unsupported PA_HEAD_DIM");
 
 // Start copying `rows` rows of D elements (row stride `stride`) into a padded shared tile; rows at or past `valid`
 // become zeros.
-PA_DEVICE void load_tile_async(pa_u16* tile, const pa_u16* src, pa_i64 stride, int rows, int valid) {
+PA_DEVICE void load_tile_async(pa_elem* tile, const pa_elem* src, pa_i64 stride, int rows, int valid) {
     for (int idx = threadIdx.x; idx < rows * CHUNKS; idx += NT) {
         const int r = idx / CHUNKS;
-        const int c = (idx % CHUNKS) * 8;
+        const int c = (idx % CHUNKS) * PER16;
         const bool ok = r < valid;
         pa_async_copy16(tile + r * LD + c, ok ? src + (pa_i64)r * stride + c : src, ok);
     }
@@ -48,9 +50,9 @@ PA_DEVICE void load_tile_async(pa_u16* tile, const pa_u16* src, pa_i64 stride, i
 
 extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const PaFwdParams p) {
     extern __shared__ float4 pa_smem4[];
-    pa_u16* q_s = reinterpret_cast<pa_u16*>(pa_smem4);  // [BM][LD]
-    pa_u16* k_s = q_s + BM * LD;                        // [BN][LD]
-    pa_u16* v_s = k_s + BN * LD;                        // [BN][LD]
+    pa_elem* q_s = reinterpret_cast<pa_elem*>(pa_smem4);  // [BM][LD]
+    pa_elem* k_s = q_s + BM * LD;                          // [BN][LD]
+    pa_elem* v_s = k_s + BN * LD;                          // [BN][LD]
 
     // Heavy (late) query blocks first so causal work balances; then batch*head.
     const int bh_count = p.batch * p.heads_q;
@@ -62,9 +64,9 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
     const int row0 = m_block * BM;
     const int wave_row0 = pa_wave_id() * MT * PA_MMA_M;
 
-    const pa_u16* q = static_cast<const pa_u16*>(p.q) + b * p.q_sb + h * p.q_sh + (pa_i64)row0 * p.q_sn;
-    const pa_u16* k = static_cast<const pa_u16*>(p.k) + b * p.k_sb + h_kv * p.k_sh;
-    const pa_u16* v = static_cast<const pa_u16*>(p.v) + b * p.v_sb + h_kv * p.v_sh;
+    const pa_elem* q = static_cast<const pa_elem*>(p.q) + b * p.q_sb + h * p.q_sh + (pa_i64)row0 * p.q_sn;
+    const pa_elem* k = static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh;
+    const pa_elem* v = static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh;
 
     const int n_end = p.causal ? min(p.seqlen_k, row0 + BM) : p.seqlen_k;
     const int n_tiles = (n_end + BN - 1) / BN;
@@ -167,24 +169,60 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
             pa_async_commit();
         }
 
+        if constexpr (PA_MMA_ACC_TRUNCATES) {
+            // The matrix unit's float accumulation truncates: each tile's P·V is summed in fresh fragments and
+            // added to the running output with ordinary (round-to-nearest) float additions, so the rounding error
+            // does not grow with the number of keys.
+            pa_mma_a a[MT][BN / PA_MMA_K];
 #pragma unroll
-        for (int kk = 0; kk < SN; kk += PA_MMA_C_PER_A) {
-            pa_mma_a a[MT];
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) pa_mma_a_from_c(a[mt], &s[mt][kk]);
+                for (int kk = 0; kk < BN / PA_MMA_K; ++kk) pa_mma_a_from_c(a[mt][kk], s[mt], kk * PA_MMA_K);
 #pragma unroll
             for (int j = 0; j < ON; j += PA_MMA_B_TILES) {
-                pa_mma_b vb;
-                pa_mma_load_b_kn(vb, v_s + kk * PA_MMA_N * LD + j * PA_MMA_N, LD);
+                pa_mma_c part[MT][PA_MMA_B_TILES];
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                    for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(acc[mt][j + t], a[mt], vb, t);
+                    for (int t = 0; t < PA_MMA_B_TILES; ++t)
+#pragma unroll
+                        for (int i = 0; i < C_REGS; ++i) part[mt][t][i] = 0.f;
+#pragma unroll
+                for (int kk = 0; kk < BN / PA_MMA_K; ++kk) {
+                    pa_mma_b vb;
+                    pa_mma_load_b_kn(vb, v_s + kk * PA_MMA_K * LD + j * PA_MMA_N, LD);
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(part[mt][t], a[mt][kk], vb, t);
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int t = 0; t < PA_MMA_B_TILES; ++t)
+#pragma unroll
+                        for (int i = 0; i < C_REGS; ++i) acc[mt][j + t][i] += part[mt][t][i];
+            }
+        } else {
+#pragma unroll
+            for (int k0 = 0; k0 < BN; k0 += PA_MMA_K) {
+                pa_mma_a a[MT];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) pa_mma_a_from_c(a[mt], s[mt], k0);
+#pragma unroll
+                for (int j = 0; j < ON; j += PA_MMA_B_TILES) {
+                    pa_mma_b vb;
+                    pa_mma_load_b_kn(vb, v_s + k0 * LD + j * PA_MMA_N, LD);
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(acc[mt][j + t], a[mt], vb, t);
+                }
             }
         }
     }
 
-    pa_u16* o = static_cast<pa_u16*>(p.o) + b * p.o_sb + h * p.o_sh;
+    pa_elem* o = static_cast<pa_elem*>(p.o) + b * p.o_sb + h * p.o_sh;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -193,12 +231,12 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
             const float total = pa_group_sum<PA_MMA_ROW_LANES>(row_sum[mt][r]);
             if (row >= p.seqlen_q) continue;
             const float inv = 1.f / total;
-            pa_u16* o_row = o + (pa_i64)row * p.o_sn;
+            pa_elem* o_row = o + (pa_i64)row * p.o_sn;
 #pragma unroll
             for (int j = 0; j < ON; ++j)
 #pragma unroll
                 for (int e = 0; e < PA_MMA_C_COLS; ++e)
-                    pa_store_u16(o_row + j * PA_MMA_N + pa_mma_c_col(e), acc[mt][j][r * PA_MMA_C_COLS + e] * inv);
+                    pa_store_elem(o_row + j * PA_MMA_N + pa_mma_c_col(e), acc[mt][j][r * PA_MMA_C_COLS + e] * inv);
             if (p.lse != nullptr && pa_mma_c_col(0) == 0) {
                 const float base = row_max[mt][r] == pa_neg_inf() ? 0.f : row_max[mt][r];
                 p.lse[((pa_i64)b * p.heads_q + h) * p.seqlen_q + row] = (base + pa_log2(total)) * PA_LN2;

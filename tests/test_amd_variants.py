@@ -44,9 +44,9 @@ SPECS = shipped_variants(TARGET)
 
 
 def min_waves_per_simd(spec) -> int:
-    """Two waves per SIMD, except the 16-bit d = 256 tile: its 4-wave workgroup needs 50 KiB of LDS, so one
-    workgroup (one wave per SIMD) fits a CU."""
-    return 1 if spec.dtype != "float32" and spec.head_dim == 256 else 2
+    """Two waves per SIMD, except the matrix-unit tiles of 4-wave workgroups (16-bit d = 256, float32 d = 96 / 128):
+    each needs about 50 KiB of LDS, so one workgroup (one wave per SIMD) fits a CU."""
+    return 1 if spec.kernel == "mma" and spec.tile.threads == 256 else 2
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +78,9 @@ def test_variant_fits_gfx90a(spec, cache):
     spill_ops = [ln.strip() for ln in text.splitlines()
                  if any(op in ln for op in ("scratch_", "buffer_store", "buffer_load"))]
     assert not spill_ops, f"{info}: spill traffic:\n" + "\n".join(spill_ops[:10])
-    if spec.dtype != "float32":
-        mnemonic = "v_mfma_f32_16x16x16" + ("bf16_1k" if spec.dtype == "bfloat16" else "f16")
+    if spec.kernel == "mma":
+        mnemonic = {"float16": "v_mfma_f32_16x16x16f16", "bfloat16": "v_mfma_f32_16x16x16bf16_1k",
+                    "float32": "v_mfma_f32_16x16x4f32"}[spec.dtype]
         assert mnemonic in text, f"{info}: no {mnemonic} in the machine code"
 
 

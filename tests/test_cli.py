@@ -9,7 +9,7 @@ import portattn.plot
 from portattn.bench import BenchRow
 from portattn.cli import main
 from portattn.compile import clear_memory_cache
-from portattn.select import shipped_variants
+from portattn.select import select, shipped_variants
 from portattn.target import Target
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -33,8 +33,10 @@ def test_info_for_named_archs(capsys):
     assert "target: cuda:sm_90 (32 lanes)" in text and "target: hip:gfx90a (64 lanes)" in text
     for arch in ("sm_90", "gfx90a"):
         for spec in shipped_variants(Target.for_arch(arch)):
-            assert f"  {spec.dtype} d={spec.head_dim}: {spec.label}\n" in text
-    assert text.count("float32 d=64: pa_flash_fwd_f32[d=64,") == 2
+            if spec == select(Target.for_arch(arch), spec.dtype, spec.head_dim):  # the selector's choice
+                assert f"  {spec.dtype} d={spec.head_dim}: {spec.label}\n" in text
+    assert text.count("float32 d=64: pa_flash_fwd_mma[d=64,") == 2
+    assert "float32 d=256: pa_flash_fwd_f32[d=256," in text  # gfx90a: no matrix-unit tile fits
     assert main(["info", "--arch", "sm_70"]) == 2
     assert "unknown arch 'sm_70'" in capsys.readouterr().err
 

@@ -1,4 +1,5 @@
-"""fp32 attention on the GPU against the float64 reference, on every target the machine executes."""
+"""fp32 attention on the GPU against the float64 reference, on every target the machine executes and with both
+float32 kernels (matrix units, simt)."""
 import math
 
 import pytest
@@ -6,10 +7,23 @@ import torch
 
 import portattn
 from portattn.reference import reference_attention, relative_error
+from portattn.select import select
+from portattn.testing import use_kernel
 
-pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_target")]
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_target", "fp32_kernel")]
 TOL = 1e-5
 HEAD_DIMS = (32, 64, 96, 128, 256)
+
+
+@pytest.fixture(params=["default", "simt"])
+def fp32_kernel(request):
+    """Every test runs on the selector's choice (the matrix units where the table has a row) and on the simt
+    kernel."""
+    if request.param == "default":
+        yield request.param
+    else:
+        with use_kernel(request.param):
+            yield request.param
 
 
 def rand(gen, *shape):
@@ -111,17 +125,31 @@ def test_empty_shapes():
     assert torch.equal(out, torch.zeros_like(q)) and bool((lse == -math.inf).all())
 
 
-def test_nan_and_inf_follow_reference(gen):
-    q, k, v = (rand(gen, 1, 2, 70, 64) for _ in range(3))
-    q[0, 0, 3, 5] = float("nan")
-    k[0, 1, 10, 0] = float("inf")
-    v[0, 0, 20, 7] = float("-inf")
+def check_non_finite(q, k, v):
     out = portattn.attention(q, k, v)
     ref, _ = reference_attention(q, k, v)
     assert torch.equal(torch.isnan(out), torch.isnan(ref))
     finite = torch.isfinite(ref)
     assert torch.equal(torch.isfinite(out), finite)
     assert relative_error(out[finite], ref[finite]) <= TOL
+
+
+def test_nan_follows_reference(gen):
+    q, k, v = (rand(gen, 1, 2, 70, 64) for _ in range(3))
+    q[0, 0, 3, 5] = float("nan")
+    k[0, 1, 10, 0] = float("nan")
+    v[0, 0, 20, 7] = float("nan")
+    check_non_finite(q, k, v)
+
+
+def test_inf_follows_reference(gen, on_target, fp32_kernel):
+    spec = select(on_target, "float32", 64, None if fp32_kernel == "default" else fp32_kernel)
+    if not spec.ieee_infinities:
+        pytest.skip(f"{spec.label} does not propagate infinite inputs like IEEE arithmetic (docs/design.md)")
+    q, k, v = (rand(gen, 1, 2, 70, 64) for _ in range(3))
+    k[0, 1, 10, 0] = float("inf")
+    v[0, 0, 20, 7] = float("-inf")
+    check_non_finite(q, k, v)
 
 
 def test_device_mismatch_is_rejected():

@@ -53,7 +53,15 @@ def test_detect_and_select(fake_device, arch):
         assert spec.smem_bytes <= target.smem_per_block
         assert spec.tile.threads % lanes == 0
     dtypes = {"cdna1": ("float32", "float16"), "rdna3": ("float32",)}.get(fam, ("float32", "float16", "bfloat16"))
-    assert [(s.dtype, s.head_dim) for s in shipped_variants(target)] == [(t, d) for t in dtypes for d in HEAD_DIMS]
+    chosen = {(dt, d): select(target, dt, d) for dt in dtypes for d in HEAD_DIMS}
+    # Matrix units wherever the family has them, except float32 d = 256 (NVIDIA: no tile without register spills;
+    # CDNA: no tile within 64 KiB of LDS).
+    simt_only = {(dt, d) for dt, d in chosen if fam == "rdna3" or (dt, d) == ("float32", 256)}
+    assert {key for key, spec in chosen.items() if spec.kernel == "simt"} == simt_only
+    variants = shipped_variants(target)
+    assert set(chosen.values()) <= set(variants)
+    assert {(s.kernel, s.dtype, s.head_dim) for s in variants} - {(c.kernel, *k) for k, c in chosen.items()} == {
+        ("simt", "float32", d) for d in HEAD_DIMS if ("float32", d) not in simt_only}
 
 
 @pytest.mark.parametrize("arch", ["gfx908", "gfx90a", "gfx942"])
@@ -62,8 +70,9 @@ def test_cdna_tiles_fit_two_waves_per_simd_by_lds(arch):
     for spec in shipped_variants(target):
         waves = spec.tile.threads // 64
         groups = 65536 // spec.smem_bytes
-        # The 16-bit d = 256 tile is the one exception: one 4-wave workgroup (one wave per SIMD) per CU.
-        wanted = 4 if spec.dtype != "float32" and spec.head_dim == 256 else 8
+        # The matrix-unit tiles of 4-wave workgroups (16-bit d = 256, float32 d = 96 / 128) are the exception:
+        # one workgroup, one wave per SIMD, per CU.
+        wanted = 4 if spec.kernel == "mma" and spec.tile.threads == 256 else 8
         assert groups * waves >= wanted, f"{spec.label}: LDS alone allows only {groups * waves} waves per CU"
 
 
@@ -119,13 +128,19 @@ def test_smem_limit_is_enforced(fake_device):
     small = fake_device("sm_90", shared_memory_per_block_optin=48 * 1024)
     with pytest.raises(UnsupportedTargetError, match="needs 150528 bytes of shared memory"):
         select(small, "float32", 256)
+    with pytest.raises(UnsupportedTargetError, match="needs 101376 bytes of shared memory"):
+        select(small, "float32", 128)
 
 
 def test_unsupported_dtype_and_head_dim():
     target = Target.for_arch("sm_90")
     assert select(target, "bfloat16", 64).defines["PA_BF16"] == 1 and "PA_BF16" not in select(target, "float16", 64).defines
-    with pytest.raises(NotImplementedError, match="bfloat16 attention has no kernel for gfx908 yet"):
+    with pytest.raises(NotImplementedError, match="bfloat16 attention has no kernel for gfx908 at head dim 64"):
         select(Target.for_arch("gfx908"), "bfloat16", 64)
+    with pytest.raises(NotImplementedError, match="float16 attention has no simt kernel for sm_90"):
+        select(target, "float16", 64, kernel="simt")
+    with pytest.raises(ValueError, match="kernel must be one of mma, simt"):
+        select(target, "float32", 64, kernel="tensor")
     with pytest.raises(NotImplementedError, match="float64"):
         select(target, "float64", 64)
     with pytest.raises(ValueError, match="head dim 80 is not supported"):
