@@ -1,7 +1,7 @@
 """Verification hooks: run the kernels for a chosen target, a chosen kernel, or a modified kernel variant.
 
-For tests and kernel authors, not for production use. Both hooks apply to the calls made inside the ``with``
-block, in the current thread or task only.
+For tests and kernel authors, not for production use. The hooks apply to the calls made inside the ``with``
+block, in the current thread or task only, and nest.
 """
 from __future__ import annotations
 
@@ -10,8 +10,17 @@ from dataclasses import replace
 from typing import Callable, Iterator
 
 from .forward import OVERRIDES
-from .select import KERNELS, KernelSpec
+from .select import KERNELS, KernelSpec, select
 from .target import Target
+
+
+@contextmanager
+def _overriding(**fields: object) -> Iterator[None]:
+    token = OVERRIDES.set(replace(OVERRIDES.get(), **fields))
+    try:
+        yield
+    finally:
+        OVERRIDES.reset(token)
 
 
 @contextmanager
@@ -20,11 +29,8 @@ def use_target(target: Target) -> Iterator[Target]:
     instead of the device's default target."""
     if not isinstance(target, Target):
         raise TypeError(f"target must be a portattn Target, got {type(target).__name__}")
-    token = OVERRIDES.set(replace(OVERRIDES.get(), target=target))
-    try:
+    with _overriding(target=target):
         yield target
-    finally:
-        OVERRIDES.reset(token)
 
 
 @contextmanager
@@ -33,19 +39,23 @@ def use_kernel(kernel: str) -> Iterator[str]:
     ``PORTATTN_KERNEL`` environment variable."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
-    token = OVERRIDES.set(replace(OVERRIDES.get(), kernel=kernel))
-    try:
+    with _overriding(kernel=kernel):
         yield kernel
-    finally:
-        OVERRIDES.reset(token)
 
 
 @contextmanager
 def tweak_variant(tweak: Callable[[KernelSpec], KernelSpec]) -> Iterator[None]:
     """Replace the selected kernel variant by ``tweak(variant)``: other tile shapes, or test-only defines such
     as the planted wave32 bug of the sensitivity test."""
-    token = OVERRIDES.set(replace(OVERRIDES.get(), tweak=tweak))
-    try:
+    with _overriding(tweak=tweak):
         yield
-    finally:
-        OVERRIDES.reset(token)
+
+
+def has_kernel(target: Target, dtype: object) -> bool:
+    """Whether ``target`` has an attention kernel for ``dtype`` (a torch dtype or its name), by the selector's
+    tables."""
+    try:
+        select(target, str(dtype).removeprefix("torch."), 64)
+    except NotImplementedError:
+        return False
+    return True

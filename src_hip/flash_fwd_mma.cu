@@ -55,14 +55,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
     pa_elem* k_s = q_s + BM * LD;                          // [BN][LD]
     pa_elem* v_s = k_s + BN * LD;                          // [BN][LD]
 
-    // Heavy (late) query blocks first so causal work balances; then batch*head.
-    const int bh_count = p.batch * p.heads_q;
-    const int m_block = p.num_m_blocks - 1 - (int)(blockIdx.x / bh_count);
-    const int bh = (int)(blockIdx.x % bh_count);
-    const int b = bh / p.heads_q;
-    const int h = bh % p.heads_q;
-    const int h_kv = h / (p.heads_q / p.heads_kv);
-    const int row0 = m_block * BM;
+    const PaBlock blk = pa_block_coords(p, BM);
+    const int b = blk.b, h = blk.h, h_kv = blk.h_kv, row0 = blk.row0;
     const int wave_row0 = pa_wave_id() * MT * PA_MMA_M;
 
     const pa_elem* q = static_cast<const pa_elem*>(p.q) + b * p.q_sb + h * p.q_sh + (pa_i64)row0 * p.q_sn;

@@ -1,7 +1,6 @@
 import pytest
 import torch
 
-from portattn.select import select
 from portattn.target import available_targets
 from portattn.testing import use_target
 
@@ -15,15 +14,6 @@ def target_id(target) -> str:
     if target is None:
         return "no-gpu"
     return f"{target.arch}-{target.lanes}" + (f"-emulating-{target.emulates}" if target.emulated else "")
-
-
-def has_kernel(target, dtype: torch.dtype) -> bool:
-    """Whether ``target`` has a kernel for ``dtype`` (the selector's tables say)."""
-    try:
-        select(target, str(dtype).removeprefix("torch."), 64)
-    except NotImplementedError:
-        return False
-    return True
 
 
 def pytest_configure(config):
