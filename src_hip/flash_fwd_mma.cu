@@ -116,21 +116,20 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
             }
         }
 
-        // Online softmax (base 2). Masked and padded keys score -inf; only tiles that reach past the keys or
-        // (causal) past this wave's first row need the per-element test.
-        const bool partial = n0 + BN > p.seqlen_k || (p.causal && n0 + BN - 1 > row0 + wave_row0);
+        // Online softmax (base 2). Masked and padded keys score -inf.
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
                 const int row = row0 + wave_row0 + mt * PA_MMA_M + pa_mma_c_row(r);
+                const int key_end = p.causal ? min(p.seqlen_k, row + 1) : p.seqlen_k;  // keys visible to the row
                 float tile_max = pa_neg_inf();
 #pragma unroll
                 for (int j = 0; j < SN; ++j)
 #pragma unroll
                     for (int e = 0; e < PA_MMA_C_COLS; ++e) {
                         const int key = n0 + j * PA_MMA_N + pa_mma_c_col(e);
-                        const bool visible = !partial || (key < p.seqlen_k && !(p.causal && key > row));
+                        const bool visible = key < key_end;
                         const float x = visible ? s[mt][j][r * PA_MMA_C_COLS + e] * p.scale_log2 : pa_neg_inf();
                         s[mt][j][r * PA_MMA_C_COLS + e] = x;
                         tile_max = fmaxf(tile_max, x);
