@@ -53,11 +53,10 @@ HALF = ("float16", "bfloat16")
 
 # Matrix-unit kernel: (dtype, head dim) -> tile, per family.
 # float32 d = 256 has no tile without register spills (the 3xTF32 fragments are twice as large): simt kernel.
-_NV_MMA = _rows(HALF, {32: (128, 64, 256), 64: (128, 64, 256), 96: (128, 64, 128), 128: (128, 32, 128),
+_NV_MMA = _rows(HALF, {32: (128, 64, 256), 64: (128, 64, 128), 96: (128, 64, 128), 128: (128, 32, 128),
                        256: (64, 64, 128)}) | _rows(("float32",), {
     32: (64, 64, 128), 64: (128, 32, 128), 96: (64, 32, 128), 128: (64, 64, 128)})
 _NV_MMA_SMALL_SMEM = _NV_MMA | _rows(HALF, {256: (64, 32, 128)})
-_NV_MMA_SM80 = _NV_MMA | _rows(HALF, {64: (128, 64, 128)})  # sm_80's ptxas caps the 256-thread tile at 128 registers
 # 64 KiB of LDS per CU: 8-wave workgroups within it keep two waves on each SIMD; the 16-bit d = 256 and float32
 # d = 96 / 128 tiles fit one 4-wave workgroup per CU (one wave per SIMD); float32 d = 256 has no matrix-unit tile
 # that fits and runs the simt kernel.
@@ -67,7 +66,7 @@ _AMD_MFMA = _rows(HALF, {32: (128, 64, 512), 64: (128, 64, 512), 96: (128, 64, 5
 _AMD_MFMA_NO_BF16 = {key: tile for key, tile in _AMD_MFMA.items() if key[0] != "bfloat16"}  # gfx908: no bf16_1k
 
 MMA_TILES: dict[str, Rows] = {
-    "sm80": _NV_MMA_SM80,
+    "sm80": _NV_MMA,
     "sm86": _NV_MMA_SMALL_SMEM,
     "sm90": _NV_MMA,
     "cdna1": _AMD_MFMA_NO_BF16,
