@@ -31,6 +31,7 @@ constexpr int LD = D + PER16;                // padded row (elements): 16 extra 
 constexpr int CHUNKS = D / PER16;            // 16-byte chunks per row
 
 constexpr int C_REGS = PA_MMA_C_ROWS * PA_MMA_C_COLS;
+constexpr float RESCALE_SLACK = 8.f;         // log2 units: probabilities stay <= 256, fine for float16 operands
 
 static_assert(NT % PA_WARP_SIZE == 0 && MT >= 1 && BM == WAVES * PA_MMA_M * MT, "bad PA_BLOCK_M / PA_THREADS");
 static_assert(SN % PA_MMA_B_TILES == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_N");
@@ -135,10 +136,18 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
                         tile_max = fmaxf(tile_max, x);
                     }
                 tile_max = pa_group_max<PA_MMA_ROW_LANES>(tile_max);
-                const float new_max = fmaxf(row_max[mt][r], tile_max);
-                const float base = new_max == pa_neg_inf() ? 0.f : new_max;  // all masked so far: keep exp2 finite
-                const float rescale = pa_exp2(row_max[mt][r] - base);
-                row_max[mt][r] = new_max;
+                // The running maximum moves only when a score exceeds it by more than RESCALE_SLACK: until then
+                // probabilities stay below 2^RESCALE_SLACK and the output and sums need no rescaling.
+                if (tile_max > row_max[mt][r] + RESCALE_SLACK) {
+                    const float rescale = pa_exp2(row_max[mt][r] - tile_max);
+                    row_max[mt][r] = tile_max;
+                    row_sum[mt][r] *= rescale;
+#pragma unroll
+                    for (int j = 0; j < ON; ++j)
+#pragma unroll
+                        for (int e = 0; e < PA_MMA_C_COLS; ++e) acc[mt][j][r * PA_MMA_C_COLS + e] *= rescale;
+                }
+                const float base = row_max[mt][r] == pa_neg_inf() ? 0.f : row_max[mt][r];  // all masked so far
                 float part = 0.f;
 #pragma unroll
                 for (int j = 0; j < SN; ++j)
@@ -148,11 +157,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const 
                         s[mt][j][r * PA_MMA_C_COLS + e] = x;
                         part += x;
                     }
-                row_sum[mt][r] = row_sum[mt][r] * rescale + part;
-#pragma unroll
-                for (int j = 0; j < ON; ++j)
-#pragma unroll
-                    for (int e = 0; e < PA_MMA_C_COLS; ++e) acc[mt][j][r * PA_MMA_C_COLS + e] *= rescale;
+                row_sum[mt][r] += part;
             }
         }
 
