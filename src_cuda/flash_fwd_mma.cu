@@ -49,7 +49,7 @@ PA_DEVICE void load_tile_async(pa_elem* tile, const pa_elem* src, pa_i64 stride,
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_mma(const PaFwdParams p) {
+extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_mma(const PaFwdParams p) {
     extern __shared__ float4 pa_smem4[];
     pa_elem* q_s = reinterpret_cast<pa_elem*>(pa_smem4);  // [BM][LD]
     pa_elem* k_s = q_s + BM * LD;                          // [BN][LD]
