@@ -13,10 +13,9 @@ from .compile import compile_kernel
 from .driver import driver_for
 from .errors import UnsupportedTargetError
 from .launch_params import FwdParams
-from .select import KernelSpec, select
+from .select import KernelSpec, dtype_name, select
 from .target import LANES_ENV, Target
 
-_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _targets: dict[tuple[int, str], Target] = {}
 _functions: dict[tuple[int, Target, KernelSpec], object] = {}
 _lock = threading.Lock()
@@ -77,7 +76,7 @@ def run_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
         if (hooks.target.vendor, hooks.target.arch) != (target.vendor, target.arch):
             raise UnsupportedTargetError(f"target {hooks.target} cannot run on this device ({target})")
         target = hooks.target
-    spec = select(target, _DTYPE_NAMES[q.dtype], q.shape[-1], hooks.kernel or os.environ.get(KERNEL_ENV) or None)
+    spec = select(target, dtype_name(q.dtype), q.shape[-1], hooks.kernel or os.environ.get(KERNEL_ENV) or None)
     if hooks.tweak is not None:
         spec = hooks.tweak(spec)
     fn = _function(target, spec, q.device.index)

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from . import api
 from .errors import UnsupportedTargetError
-from .select import HEAD_DIMS, select
+from .select import HEAD_DIMS, has_kernel
 
 
 def _sdpa_args(query: object, key: object, value: object, attn_mask: object = None, dropout_p: object = 0.0,
@@ -63,12 +63,7 @@ def _target_supports(device: torch.device, dtype: torch.dtype, head_dim: int) ->
     key = (target, dtype, head_dim)
     ok = _target_ok.get(key)
     if ok is None:
-        try:
-            select(target, str(dtype).removeprefix("torch."), head_dim)
-            ok = True
-        except (UnsupportedTargetError, NotImplementedError, ValueError):
-            ok = False
-        _target_ok[key] = ok
+        ok = _target_ok[key] = has_kernel(target, dtype, head_dim)
     return ok
 
 

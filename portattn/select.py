@@ -193,6 +193,20 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None)
     return spec
 
 
+def dtype_name(dtype: object) -> str:
+    """The selector's name of a dtype: "float16" for ``torch.float16`` (a name is returned as it is)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
+    """Whether the tables give ``target`` a kernel for ``dtype`` (a torch dtype or its name) and ``head_dim``."""
+    try:
+        select(target, dtype_name(dtype), head_dim)
+    except (NotImplementedError, UnsupportedTargetError, ValueError):
+        return False
+    return True
+
+
 def shipped_variants(target: Target) -> list[KernelSpec]:
     """Every kernel variant portattn can use on ``target``: each table row of the matrix-unit and simt kernels."""
     fam = family(target)

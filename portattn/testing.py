@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Callable, Iterator
 
 from .forward import OVERRIDES
-from .select import KERNELS, KernelSpec, select
+from .select import KERNELS, KernelSpec
 from .target import Target
 
 
@@ -49,13 +49,3 @@ def tweak_variant(tweak: Callable[[KernelSpec], KernelSpec]) -> Iterator[None]:
     as the planted wave32 bug of the sensitivity test."""
     with _overriding(tweak=tweak):
         yield
-
-
-def has_kernel(target: Target, dtype: object) -> bool:
-    """Whether ``target`` has an attention kernel for ``dtype`` (a torch dtype or its name), by the selector's
-    tables."""
-    try:
-        select(target, str(dtype).removeprefix("torch."), 64)
-    except NotImplementedError:
-        return False
-    return True

@@ -6,7 +6,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import portattn
 from portattn.reference import reference_attention, relative_error
-from portattn.testing import has_kernel
+from portattn.select import has_kernel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_half_target")]
 DTYPES = [torch.float16, torch.bfloat16]
