@@ -41,8 +41,13 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         return
     from .forward import run_forward
 
+    if scale < 0:  # the kernels take scale >= 0: softmax((q k^T) scale) = softmax(((-q) k^T) (-scale))
+        q, scale = -q, -scale
+    dest = _kernel_layout(out)  # the kernels store pairs of elements: rows aligned like the inputs'
     with torch.cuda.device(q.device):
-        run_forward(_kernel_layout(q), _kernel_layout(k), _kernel_layout(v), out, lse, causal, scale)
+        run_forward(_kernel_layout(q), _kernel_layout(k), _kernel_layout(v), dest, lse, causal, scale)
+    if dest is not out:
+        out.copy_(dest)
 
 
 @torch.library.custom_op("portattn::attention", mutates_args=(), device_types="cuda")

@@ -40,6 +40,7 @@ class TileConfig:
     block_n: int  # keys per streamed tile
     threads: int  # threads per block
     row_lanes: int = 16  # simt kernel: lanes sharing one query row group (its max / sum reductions span them)
+    warpgroup_mma: bool = False  # mma kernel on Hopper: warpgroup MMA (wgmma, built for the arch's "a" variant)
 
 
 Rows = dict[tuple[str, int], TileConfig]
@@ -57,6 +58,10 @@ _NV_MMA = _rows(HALF, {32: (128, 64, 256), 64: (128, 64, 128), 96: (128, 64, 128
                        256: (64, 64, 128)}) | _rows(("float32",), {
     32: (64, 64, 128), 64: (128, 32, 128), 96: (64, 32, 128), 128: (64, 64, 128)})
 _NV_MMA_SMALL_SMEM = _NV_MMA | _rows(HALF, {256: (64, 32, 128)})
+# Hopper: warpgroup MMA for the 16-bit head dims that are multiples of 64 and whose accumulators fit (d <= 128):
+# three (d = 128) or four (d = 64) warpgroups per block, each with 64 query rows.
+_NV_MMA_HOPPER = _NV_MMA | {(dt, d): TileConfig(bm, 64, nt, warpgroup_mma=True)
+                            for dt in HALF for d, (bm, nt) in {64: (256, 512), 128: (192, 384)}.items()}
 # 64 KiB of LDS per CU: 8-wave workgroups within it keep two waves on each SIMD; the 16-bit d = 256 and float32
 # d = 96 / 128 tiles fit one 4-wave workgroup per CU (one wave per SIMD); float32 d = 256 has no matrix-unit tile
 # that fits and runs the simt kernel.
@@ -68,7 +73,7 @@ _AMD_MFMA_NO_BF16 = {key: tile for key, tile in _AMD_MFMA.items() if key[0] != "
 MMA_TILES: dict[str, Rows] = {
     "sm80": _NV_MMA,
     "sm86": _NV_MMA_SMALL_SMEM,
-    "sm90": _NV_MMA,
+    "sm90": _NV_MMA_HOPPER,
     "cdna1": _AMD_MFMA_NO_BF16,
     "cdna2": _AMD_MFMA,
     "cdna3": _AMD_MFMA,
@@ -135,24 +140,33 @@ class KernelSpec:
             defines["PA_BF16"] = 1
         if self.dtype == "float32" and self.kernel == "mma":
             defines["PA_F32"] = 1
+        if self.tile.warpgroup_mma:
+            defines["PA_MMA_WGMMA"] = 1
         return defines | dict(self.test_defines)
+
+    def compile_arch(self, arch: str) -> str:
+        """The arch to compile for: the arch-specific variant ("sm_90a") when the variant uses warpgroup MMA."""
+        return arch + "a" if self.tile.warpgroup_mma else arch
 
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory. simt: Q tile, one K/V tile (padded rows) and the probability tile, float32.
-        mma: Q tile, K tile and V tile of the input type, rows padded by 16 bytes."""
+        mma: Q tile, K tile and V tile of the input type, rows padded by 16 bytes (warpgroup MMA: two K and two V
+        tiles of unpadded swizzled rows, plus slack to align the tiles to 1024 bytes)."""
         t = self.tile
         if self.kernel == "simt":
             ld = self.head_dim + 4
             return 4 * (t.block_m * ld + t.block_n * ld + t.block_m * (t.block_n + 4))
         size = 4 if self.dtype == "float32" else 2
+        if t.warpgroup_mma:
+            return size * (t.block_m + 4 * t.block_n) * self.head_dim + 1024 - 16
         return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)
 
     @property
     def label(self) -> str:
         t = self.tile
         lanes = f"{self.lanes}l" + ("-emulated" if self.emulated else "")
-        extra = "".join(f",{k}={v}" for k, v in self.test_defines)
+        extra = ",wgmma" * t.warpgroup_mma + "".join(f",{k}={v}" for k, v in self.test_defines)
         return f"{self.function}[d={self.head_dim},{t.block_m}x{t.block_n},{t.threads}t,{lanes}{extra}]"
 
 

@@ -25,6 +25,9 @@
 #ifndef PA_F32
 #define PA_F32 0
 #endif
+#ifndef PA_MMA_WGMMA
+#define PA_MMA_WGMMA 0  // 1: Hopper warpgroup MMA (sm_90a, 16-bit inputs) for the tile products below
+#endif
 typedef unsigned short pa_u16;
 #if PA_F32
 typedef float pa_elem;
@@ -44,9 +47,13 @@ PA_DEVICE void pa_async_copy16(void* dst_smem, const void* src, bool valid) {
 }
 PA_DEVICE void pa_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Wait until at most N committed groups of this thread are still in flight.
+// With the warpgroup MMA the copies are also made visible to its shared-memory operand reads (async proxy).
 template <int N>
 PA_DEVICE void pa_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#if PA_MMA_WGMMA
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
 }
 
 // Round two floats to the 16-bit type and pack them, `lo` in the low half.
@@ -89,6 +96,14 @@ PA_DEVICE void pa_store_elem(pa_elem* p, float x) {
     *p = x;
 #else
     *p = (pa_u16)(pa_pack_x2(x, 0.f) & 0xffffu);
+#endif
+}
+// Store two adjacent elements p[0] = x, p[1] = y (p aligned to two elements).
+PA_DEVICE void pa_store_elem2(pa_elem* p, float x, float y) {
+#if PA_F32
+    *reinterpret_cast<float2*>(p) = make_float2(x, y);
+#else
+    *reinterpret_cast<unsigned*>(p) = pa_pack_x2(x, y);
 #endif
 }
 
@@ -249,6 +264,126 @@ PA_DEVICE void pa_mma_a_from_c(pa_mma_a& a, const pa_mma_c* tiles, int k0) {
 }
 #endif  // PA_F32
 
+#if PA_MMA_WGMMA
+#if PA_F32
+#error "the warpgroup MMA path takes 16-bit inputs only"
+#endif
+// ---- NVIDIA Hopper (sm_90a): warpgroup MMA, wgmma.mma_async m64nNk16 ----------------------------------------------
+// Four warps (a warpgroup) compute a 64 x N tile together; warp w of the group owns rows 16 w .. 16 w + 15, and its
+// accumulator registers for columns 8 i .. 8 i + 7 are laid out as one m16n8 C fragment above, so N / 8 pa_mma_c
+// fragments in a row form the accumulator. The A operand is read from registers (pa_mma_a: the m16n8k16 A fragment
+// of the warp's 16 rows) or from shared memory; B always comes from shared memory. Shared operands are described by
+// a 64-bit descriptor: start address, leading / stride byte offsets (bits 16 and 32, in 16-byte units) and the
+// swizzle mode (bits 62-63, 1 = 128-byte swizzle). Tiles use the 128-byte swizzle: rows of 64 elements (128 bytes),
+// the 16-byte chunk c of row r stored at chunk c ^ (r % 8), 8-row groups 1024 bytes apart (the stride byte offset),
+// blocks of 64 columns `lbo_bytes` apart. The operand is K-major (the reduction index runs along the row: Q, K) or,
+// with the transpose flag, N-major (V, whose rows are keys).
+#if PA_BF16
+#define PA_WGMMA_AB "bf16.bf16"
+#else
+#define PA_WGMMA_AB "f16.f16"
+#endif
+
+PA_DEVICE unsigned long long pa_wgmma_desc(const void* smem, unsigned lbo_bytes) {
+    const unsigned long long addr = pa_smem_addr(smem);
+    return ((addr & 0x3ffffull) >> 4) | ((unsigned long long)(lbo_bytes >> 4) << 16) |
+           ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
+}
+PA_DEVICE void pa_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+PA_DEVICE void pa_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Wait until at most N committed groups are still in flight.
+template <int N>
+PA_DEVICE void pa_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// After the wait: the compiler must not read accumulators before it (they are written behind its back).
+template <int N>
+PA_DEVICE void pa_wgmma_settle(float* d) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (N / 2 floats) += A (64 x 16) * B (16 x N). ss: A and B in shared memory, both K-major; accumulate == 0
+// overwrites d instead. rs: A in registers, B N-major (transposed).
+PA_DEVICE void pa_wgmma_ss_n64(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PA_WGMMA_AB " {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+PA_DEVICE void pa_wgmma_rs_n64(float* d, const unsigned (&a)[4], unsigned long long desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PA_WGMMA_AB " {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+PA_DEVICE void pa_wgmma_ss_n128(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." PA_WGMMA_AB " {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+PA_DEVICE void pa_wgmma_rs_n128(float* d, const unsigned (&a)[4], unsigned long long desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." PA_WGMMA_AB " {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+template <int N>
+PA_DEVICE void pa_wgmma_ss(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
+    static_assert(N == 64 || N == 128, "warpgroup MMA width must be 64 or 128");
+    if constexpr (N == 64) pa_wgmma_ss_n64(d, desc_a, desc_b, accumulate);
+    else pa_wgmma_ss_n128(d, desc_a, desc_b, accumulate);
+}
+template <int N>
+PA_DEVICE void pa_wgmma_rs(float* d, const unsigned (&a)[4], unsigned long long desc_b) {
+    static_assert(N == 64 || N == 128, "warpgroup MMA width must be 64 or 128");
+    if constexpr (N == 64) pa_wgmma_rs_n64(d, a, desc_b);
+    else pa_wgmma_rs_n128(d, a, desc_b);
+}
+#endif  // PA_MMA_WGMMA
+
 #elif PA_WARP_SIZE == 64
 // ---- 64-lane waves: MFMA 16x16x16 (f16, or bf16_1k) or 16x16x4f32 ------------------------------------------------
 // C layout of both (pa_mfma.cuh, l = lane): column l % 16, rows 4 (l / 16) + i, i = 0..3.
@@ -374,3 +509,210 @@ PA_DEVICE void pa_mma_a_from_c(pa_mma_a& a, const pa_mma_c* tiles, int k0) {
 #else
 #error "no matrix-unit path for this target (NVIDIA 32-lane warps or 64-lane MFMA waves)"
 #endif
+
+#if PA_MMA_WGMMA && !(PA_WARP_SIZE == 32 && defined(PA_VENDOR_CUDA))
+#error "PA_MMA_WGMMA needs NVIDIA 32-lane warps (sm_90a)"
+#endif
+
+// ---- Shared tiles and tile products (the matrix-unit flash kernels) -----------------------------------------------
+// A shared tile holds ROWS rows of PA_HEAD_DIM elements; pa_tile_offset<ROWS>(r, c) is the element offset of (r, c)
+// for c a multiple of PA_TILE_CHUNK, and each chunk of PA_TILE_CHUNK elements (16 bytes) is contiguous. With the
+// warpgroup MMA tiles use its 128-byte swizzled layout (above) and start 1024-byte aligned; otherwise rows are
+// padded by 16 bytes, which keeps the fragment loads free of bank conflicts.
+//
+// A block's waves split its PA_BLOCK_M query rows into PA_MMA_M-row tiles, MT per wave; pa_wave_row<MT>(mt) is the
+// first block row of this wave's tile mt (warpgroup MMA: the four warps of a group share each 64-row tile).
+//   pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s)   s = Q K^T: this wave's rows of the BM-row tile q_s against the BN keys
+//                                              of k_s (SN = BN / PA_MMA_N score fragments per row tile)
+//   pa_tile_pv<MT, ON, BN>(acc, p, v_s)        acc += P V: the probabilities p (score fragments) against the BN
+//                                              rows of v_s (ON = PA_HEAD_DIM / PA_MMA_N output fragments)
+#if defined(PA_HEAD_DIM)
+constexpr int PA_TILE_CHUNK = 16 / (int)sizeof(pa_elem);
+
+#if PA_MMA_WGMMA
+static_assert(PA_HEAD_DIM % 64 == 0, "the warpgroup MMA tiles need a head dim that is a multiple of 64");
+#if defined(PA_THREADS)
+static_assert(PA_THREADS % 128 == 0, "the warpgroup MMA needs whole warpgroups (128 threads)");
+#endif
+constexpr int PA_TILE_ALIGN = 1024;
+#define PA_TILE_ASYNC 1   // tile products: start / wait (below)
+#define PA_TILE_STAGES 2  // K and V buffers
+template <int ROWS>
+__device__ constexpr int pa_tile_elems() {
+    return ROWS * PA_HEAD_DIM;
+}
+template <int ROWS>
+PA_DEVICE int pa_tile_offset(int r, int c) {
+    return (c / 64) * ROWS * 64 + r * 64 + ((((c % 64) / 8) ^ (r % 8)) * 8);
+}
+// Operand start of rows r.. and columns c.. (r a multiple of 8, c of 16): the unit applies the swizzle itself.
+template <int ROWS>
+PA_DEVICE const pa_elem* pa_tile_operand(const pa_elem* tile, int r, int c) {
+    return tile + (c / 64) * ROWS * 64 + r * 64 + c % 64;
+}
+template <int MT>
+PA_DEVICE int pa_wave_row(int mt) {
+    return (pa_wave_id() / 4) * MT * 64 + mt * 64 + (pa_wave_id() % 4) * PA_MMA_M;
+}
+
+// The tile products are asynchronous: *_start issues them and returns, the waits below complete them. Q K^T
+// writes the scores and P V the output accumulators behind the compiler's back: neither may be touched between a
+// start and its wait, and the A fragments of P V must stay unchanged until it completes. Q K^T overwrites s.
+template <int MT, int SN, int BM, int BN>
+PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
+    pa_wgmma_fence();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        const int row = pa_wave_row<MT>(mt) - (pa_wave_id() % 4) * PA_MMA_M;  // the group's 64-row tile
+#pragma unroll
+        for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += 16)
+            pa_wgmma_ss<BN>(&s[mt][0][0], pa_wgmma_desc(pa_tile_operand<BM>(q_s, row, k0), 16),
+                            pa_wgmma_desc(pa_tile_operand<BN>(k_s, 0, k0), 16), k0 > 0);
+    }
+    pa_wgmma_commit();
+}
+// The probabilities (score fragments) as A fragments of P V.
+template <int MT, int SN, int KT>
+PA_DEVICE void pa_tile_to_a(pa_mma_a (&a)[MT][KT], const pa_mma_c (&p)[MT][SN]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < KT; ++kk) pa_mma_a_from_c(a[mt][kk], p[mt], kk * PA_MMA_K);
+}
+template <int MT, int ON, int BN>
+PA_DEVICE void pa_tile_pv_start(pa_mma_c (&acc)[MT][ON], const pa_mma_a (&a)[MT][BN / PA_MMA_K], const pa_elem* v_s) {
+    pa_wgmma_fence();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < BN / PA_MMA_K; ++kk)
+            pa_wgmma_rs<PA_HEAD_DIM>(&acc[mt][0][0], a[mt][kk],
+                                     pa_wgmma_desc(pa_tile_operand<BN>(v_s, kk * PA_MMA_K, 0), BN * 128));
+    pa_wgmma_commit();
+}
+// Wait for the scores: Q K^T started before the last PENDING products (which may go on).
+template <int PENDING, int MT, int SN>
+PA_DEVICE void pa_tile_wait_scores(pa_mma_c (&s)[MT][SN]) {
+    pa_wgmma_wait<PENDING>();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) pa_wgmma_settle<SN * 4>(&s[mt][0][0]);
+}
+// Wait for everything started.
+template <int MT, int ON>
+PA_DEVICE void pa_tile_wait_all(pa_mma_c (&acc)[MT][ON]) {
+    pa_wgmma_wait<0>();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) pa_wgmma_settle<ON * 4>(&acc[mt][0][0]);
+}
+#else
+constexpr int PA_TILE_ALIGN = 16;
+#define PA_TILE_ASYNC 0   // tile products complete before they return
+#define PA_TILE_STAGES 1  // K and V buffers
+constexpr int PA_TILE_LD = PA_HEAD_DIM + PA_TILE_CHUNK;  // padded row (elements)
+template <int ROWS>
+__device__ constexpr int pa_tile_elems() {
+    return ROWS * PA_TILE_LD;
+}
+template <int ROWS>
+PA_DEVICE int pa_tile_offset(int r, int c) {
+    return r * PA_TILE_LD + c;
+}
+template <int MT>
+PA_DEVICE int pa_wave_row(int mt) {
+    return (pa_wave_id() * MT + mt) * PA_MMA_M;
+}
+
+template <int MT, int SN, int BM, int BN>
+PA_DEVICE void pa_tile_qk(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
+    constexpr int C_REGS = PA_MMA_C_ROWS * PA_MMA_C_COLS;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < SN; ++j)
+#pragma unroll
+            for (int i = 0; i < C_REGS; ++i) s[mt][j][i] = 0.f;
+#pragma unroll 2  // unrolling all of the head dim lets the fragment loads run ahead and spill
+    for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += PA_MMA_K) {
+        pa_mma_a a[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            pa_mma_load_a(a[mt], q_s + pa_tile_offset<BM>(pa_wave_row<MT>(mt), k0), PA_TILE_LD);
+#pragma unroll
+        for (int j = 0; j < SN; j += PA_MMA_B_TILES) {
+            pa_mma_b kb;
+            pa_mma_load_b_nk(kb, k_s + pa_tile_offset<BN>(j * PA_MMA_N, k0), PA_TILE_LD);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(s[mt][j + t], a[mt], kb, t);
+        }
+    }
+}
+
+template <int MT, int ON, int BN, int SN>
+PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], const pa_elem* v_s) {
+    constexpr int C_REGS = PA_MMA_C_ROWS * PA_MMA_C_COLS;
+    if constexpr (PA_MMA_ACC_TRUNCATES) {
+        // The unit's float accumulation truncates: each tile's P V is summed in fresh fragments and added to the
+        // running output with ordinary (round-to-nearest) float additions, so the rounding error does not grow
+        // with the number of keys.
+        pa_mma_a a[MT][BN / PA_MMA_K];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int kk = 0; kk < BN / PA_MMA_K; ++kk) pa_mma_a_from_c(a[mt][kk], p[mt], kk * PA_MMA_K);
+#pragma unroll
+        for (int j = 0; j < ON; j += PA_MMA_B_TILES) {
+            pa_mma_c part[MT][PA_MMA_B_TILES];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int t = 0; t < PA_MMA_B_TILES; ++t)
+#pragma unroll
+                    for (int i = 0; i < C_REGS; ++i) part[mt][t][i] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < BN / PA_MMA_K; ++kk) {
+                pa_mma_b vb;
+                pa_mma_load_b_kn(vb, v_s + pa_tile_offset<BN>(kk * PA_MMA_K, j * PA_MMA_N), PA_TILE_LD);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(part[mt][t], a[mt][kk], vb, t);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int t = 0; t < PA_MMA_B_TILES; ++t)
+#pragma unroll
+                    for (int i = 0; i < C_REGS; ++i) acc[mt][j + t][i] += part[mt][t][i];
+        }
+    } else {
+#pragma unroll
+        for (int k0 = 0; k0 < BN; k0 += PA_MMA_K) {
+            pa_mma_a a[MT];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) pa_mma_a_from_c(a[mt], p[mt], k0);
+#pragma unroll
+            for (int j = 0; j < ON; j += PA_MMA_B_TILES) {
+                pa_mma_b vb;
+                pa_mma_load_b_kn(vb, v_s + pa_tile_offset<BN>(k0, j * PA_MMA_N), PA_TILE_LD);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(acc[mt][j + t], a[mt], vb, t);
+            }
+        }
+    }
+}
+#endif  // PA_MMA_WGMMA
+
+// The first tile: dynamic shared memory rounded up to PA_TILE_ALIGN (the host adds PA_TILE_ALIGN - 16 bytes).
+PA_DEVICE pa_elem* pa_tile_base(void* smem) {
+#if PA_MMA_WGMMA
+    const unsigned pad = (PA_TILE_ALIGN - pa_smem_addr(smem) % PA_TILE_ALIGN) % PA_TILE_ALIGN;
+    return reinterpret_cast<pa_elem*>(static_cast<char*>(smem) + pad);
+#else
+    return static_cast<pa_elem*>(smem);
+#endif
+}
+#endif  // PA_HEAD_DIM

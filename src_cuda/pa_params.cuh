@@ -18,15 +18,15 @@ struct PaFwdParams {
     int num_m_blocks;  // ceil(seqlen_q / PA_BLOCK_M)
 };
 
-// This block's (batch, head), its key/value head and its first query row. Heavy (late) query blocks come first so
-// that causal work balances, then batch * head.
+// This block's (batch, head), its key/value head and its first query row. Consecutive blocks take the query blocks
+// of one (batch, head), so that the blocks running at the same time share its K and V in the L2 cache; within a
+// head the heavy (late) query blocks come first, which balances causal work.
 struct PaBlock {
     int b, h, h_kv, row0;
 };
 PA_DEVICE PaBlock pa_block_coords(const PaFwdParams& p, int block_m) {
-    const int bh_count = p.batch * p.heads_q;
-    const int m_block = p.num_m_blocks - 1 - (int)(blockIdx.x / bh_count);
-    const int bh = (int)(blockIdx.x % bh_count);
+    const int m_block = p.num_m_blocks - 1 - (int)(blockIdx.x % p.num_m_blocks);
+    const int bh = (int)(blockIdx.x / p.num_m_blocks);
     const int h = bh % p.heads_q;
     return PaBlock{bh / p.heads_q, h, h / (p.heads_q / p.heads_kv), m_block * block_m};
 }

@@ -38,6 +38,20 @@ def test_every_variant_compiles_without_spills(arch, cache):
         assert nvidia_blocks_per_sm(res, spec, target) >= 1, f"{spec.label} cannot be resident on {arch}"
 
 
+def test_hopper_variants_use_warpgroup_mma(cache):
+    """float16 / bfloat16 at d = 64 and 128 run the warpgroup MMA on sm_90: built for sm_90a, and ptxas keeps the
+    asynchronous matrix instructions in flight (it reports where it has to serialize them)."""
+    target = Target.for_arch("sm_90")
+    specs = [s for s in shipped_variants(target) if s.tile.warpgroup_mma]
+    assert {(s.dtype, s.head_dim) for s in specs} == {(dt, d) for dt in ("float16", "bfloat16") for d in (64, 128)}
+    for spec in specs:
+        assert spec.defines["PA_MMA_WGMMA"] == 1 and spec.tile.threads % 128 == 0
+        kernel = compile_kernel(spec, target, cache)
+        assert kernel.arch == "sm_90a"
+        assert "Potential Performance Loss" not in kernel.log, kernel.log
+    assert not any(s.tile.warpgroup_mma for s in shipped_variants(Target.for_arch("sm_80")))
+
+
 def test_wave64_emulation_variants_compile(cache):
     """The emulated 64-lane (gfx90a mapping) builds of every variant, and the prelude probe at both lane counts."""
     native = Target.for_arch("sm_90")
@@ -164,8 +178,9 @@ def test_cubin_records_agree_with_ptxas_report(arch):
 
     compared = 0
     for spec in shipped_variants(Target.for_arch(arch)):
-        opts = nvrtc.options(arch, spec.defines)
-        binary, log = nvrtc.compile_source(sources.read_source("cuda", spec.filename), arch, opts)
+        build_arch = spec.compile_arch(arch)
+        opts = nvrtc.options(build_arch, spec.defines)
+        binary, log = nvrtc.compile_source(sources.read_source("cuda", spec.filename), build_arch, opts)
         if "Used" not in log:
             continue  # NVRTC 13.0 leaves the ptxas report out of the log after a process's first builds
         assert parse_cubin(binary, spec.function) == parse_ptxas_log(log), spec.label

@@ -57,8 +57,9 @@ def compile_kernel(spec: KernelSpec, target: Target, cache: DiskCache | None = N
     """Compile ``spec`` for ``target``, from memory or disk cache when possible."""
     backend = backend_for(target.vendor)
     source = read_source(target.vendor, spec.filename)
-    opts = backend.options(target.arch, spec.defines)
-    key = cache_key(source.digest, opts, target.arch, backend.NAME, backend.version())
+    arch = spec.compile_arch(target.arch)
+    opts = backend.options(arch, spec.defines)
+    key = cache_key(source.digest, opts, arch, backend.NAME, backend.version())
     with _lock:
         hit = _memory.get(key)
     if hit is not None:
@@ -67,16 +68,16 @@ def compile_kernel(spec: KernelSpec, target: Target, cache: DiskCache | None = N
     entry = cache.get(key)
     if entry is not None:
         meta, binary = entry
-        kernel = CompiledKernel(spec, target.arch, backend.NAME, key, binary, meta["log"],
+        kernel = CompiledKernel(spec, arch, backend.NAME, key, binary, meta["log"],
                                 Resources(**meta["resources"]), True)
     else:
-        _log.info("compiling %s for %s (first use; cached in %s)", spec.label, target.arch, cache.directory)
+        _log.info("compiling %s for %s (first use; cached in %s)", spec.label, arch, cache.directory)
         start = time.perf_counter()
-        binary, log = backend.compile_source(source, target.arch, opts)
+        binary, log = backend.compile_source(source, arch, opts)
         _log.info("compiled %s in %.1f s", spec.label, time.perf_counter() - start)
         res = backend.resources(binary, log, spec.function)
-        cache.put(key, {"log": log, "resources": res.to_dict(), "label": spec.label, "arch": target.arch}, binary)
-        kernel = CompiledKernel(spec, target.arch, backend.NAME, key, binary, log, res, False)
+        cache.put(key, {"log": log, "resources": res.to_dict(), "label": spec.label, "arch": arch}, binary)
+        kernel = CompiledKernel(spec, arch, backend.NAME, key, binary, log, res, False)
     with _lock:
         _memory[key] = kernel
     return kernel
