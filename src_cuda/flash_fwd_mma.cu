@@ -3,11 +3,10 @@
 //
 // The tiles and tile products come from pa_mma.cuh (NVIDIA mma.sync or Hopper warpgroup MMA, AMD MFMA). One block
 // computes PA_BLOCK_M query rows of one (batch, head); each wave owns MT tiles of PA_MMA_M rows. Q stays in shared
-// memory; K and V tiles of PA_BLOCK_N keys stream through one buffer each, loaded asynchronously: V of tile j while
-// the scores of tile j are computed, K of tile j+1 while the softmax and P·V of tile j run. Scores stay in
-// registers and become the A operand of P·V directly; online softmax in base 2.
+// memory and K and V tiles of PA_BLOCK_N keys stream through it, loaded asynchronously (see the two schedules in
+// the kernel). Scores stay in registers and become the A operand of P·V directly; online softmax in base 2.
 //
-// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_BF16, PA_F32.
+// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_BF16, PA_F32, PA_MMA_WGMMA.
 #include "pa_mma.cuh"
 #include "pa_params.cuh"
 
