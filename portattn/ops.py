@@ -15,14 +15,17 @@ _NO_BACKWARD = ("portattn has no backward pass yet: inputs must not require grad
                 "(use torch.no_grad() or detach them)")
 
 
-def _kernel_layout(t: torch.Tensor) -> torch.Tensor:
-    """``t`` itself when the kernel can read it in place (unit stride along head_dim, 16-byte aligned rows),
-    else a fresh contiguous copy."""
+def _in_kernel_layout(t: torch.Tensor) -> bool:
+    """Whether the kernels can use ``t`` in place: unit stride along head_dim and 16-byte aligned rows."""
     per_16_bytes = 16 // t.element_size()
-    aligned = t.stride(3) == 1 and t.data_ptr() % 16 == 0 and all(
+    return t.stride(3) == 1 and t.data_ptr() % 16 == 0 and all(
         t.shape[i] == 1 or t.stride(i) % per_16_bytes == 0 for i in range(3)
     )
-    return t if aligned else torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def _kernel_layout(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself when the kernels can read it in place, else a fresh contiguous copy."""
+    return t if _in_kernel_layout(t) else torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _new_lse(q: torch.Tensor, return_lse: bool) -> torch.Tensor:
@@ -43,7 +46,8 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
 
     if scale < 0:  # the kernels take scale >= 0: softmax((q k^T) scale) = softmax(((-q) k^T) (-scale))
         q, scale = -q, -scale
-    dest = _kernel_layout(out)  # the kernels store pairs of elements: rows aligned like the inputs'
+    # The kernels store pairs of elements: an output with unaligned rows is written through a temporary.
+    dest = out if _in_kernel_layout(out) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
     with torch.cuda.device(q.device):
         run_forward(_kernel_layout(q), _kernel_layout(k), _kernel_layout(v), dest, lse, causal, scale)
     if dest is not out:

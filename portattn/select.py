@@ -40,7 +40,7 @@ class TileConfig:
     block_n: int  # keys per streamed tile
     threads: int  # threads per block
     row_lanes: int = 16  # simt kernel: lanes sharing one query row group (its max / sum reductions span them)
-    warpgroup_mma: bool = False  # mma kernel on Hopper: warpgroup MMA (wgmma, built for the arch's "a" variant)
+    warpgroup_mma: bool = False  # mma kernel on Hopper: warpgroup MMA (wgmma; PA_MMA_WGMMA)
 
 
 Rows = dict[tuple[str, int], TileConfig]
@@ -144,9 +144,6 @@ class KernelSpec:
             defines["PA_MMA_WGMMA"] = 1
         return defines | dict(self.test_defines)
 
-    def compile_arch(self, arch: str) -> str:
-        """The arch to compile for: the arch-specific variant ("sm_90a") when the variant uses warpgroup MMA."""
-        return arch + "a" if self.tile.warpgroup_mma else arch
 
     @property
     def smem_bytes(self) -> int:

@@ -261,19 +261,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_mma(con
             const int row = row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r);
             const float total = pa_group_sum<PA_MMA_ROW_LANES>(sm.row_sum[mt][r]);
             if (row >= p.seqlen_q) continue;
-            const float inv = 1.f / total;
-            pa_elem* o_row = o + (pa_i64)row * p.o_sn;
-#pragma unroll
-            for (int j = 0; j < ON; ++j) {
-                const int i = r * PA_MMA_C_COLS;
-                if constexpr (PA_MMA_C_COLS == 2) {  // adjacent columns
-                    pa_store_elem2(o_row + j * PA_MMA_N + pa_mma_c_col(0), acc[mt][j][i] * inv, acc[mt][j][i + 1] * inv);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < PA_MMA_C_COLS; ++e)
-                        pa_store_elem(o_row + j * PA_MMA_N + pa_mma_c_col(e), acc[mt][j][i + e] * inv);
-                }
-            }
+            pa_tile_store_row(o + (pa_i64)row * p.o_sn, acc[mt], r, 1.f / total);
             if (p.lse != nullptr && pa_mma_c_col(0) == 0) {
                 const float base = sm.row_max[mt][r] == pa_neg_inf() ? 0.f : sm.row_max[mt][r];
                 p.lse[((pa_i64)b * p.heads_q + h) * p.seqlen_q + row] = (base + pa_log2(total)) * PA_LN2;

@@ -305,7 +305,8 @@ PA_DEVICE void pa_wgmma_settle(float* d) {
 }
 
 // d (N / 2 floats) += A (64 x 16) * B (16 x N). ss: A and B in shared memory, both K-major; accumulate == 0
-// overwrites d instead. rs: A in registers, B N-major (transposed).
+// overwrites d instead. rs: A in registers, B N-major (transposed). Score tiles are 64 keys wide (ss, N = 64);
+// output tiles are the head dim wide (rs, N = 64 or 128).
 PA_DEVICE void pa_wgmma_ss_n64(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -314,9 +315,9 @@ PA_DEVICE void pa_wgmma_ss_n64(float* d, unsigned long long desc_a, unsigned lon
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
         "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 PA_DEVICE void pa_wgmma_rs_n64(float* d, const unsigned (&a)[4], unsigned long long desc_b) {
@@ -327,29 +328,10 @@ PA_DEVICE void pa_wgmma_rs_n64(float* d, const unsigned (&a)[4], unsigned long l
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
         "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-PA_DEVICE void pa_wgmma_ss_n128(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." PA_WGMMA_AB " {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 PA_DEVICE void pa_wgmma_rs_n128(float* d, const unsigned (&a)[4], unsigned long long desc_b) {
     asm volatile(
@@ -361,22 +343,16 @@ PA_DEVICE void pa_wgmma_rs_n128(float* d, const unsigned (&a)[4], unsigned long 
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
         "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
-template <int N>
-PA_DEVICE void pa_wgmma_ss(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
-    static_assert(N == 64 || N == 128, "warpgroup MMA width must be 64 or 128");
-    if constexpr (N == 64) pa_wgmma_ss_n64(d, desc_a, desc_b, accumulate);
-    else pa_wgmma_ss_n128(d, desc_a, desc_b, accumulate);
-}
 template <int N>
 PA_DEVICE void pa_wgmma_rs(float* d, const unsigned (&a)[4], unsigned long long desc_b) {
     static_assert(N == 64 || N == 128, "warpgroup MMA width must be 64 or 128");
@@ -527,17 +503,37 @@ PA_DEVICE void pa_mma_a_from_c(pa_mma_a& a, const pa_mma_c* tiles, int k0) {
 //                                              of k_s (SN = BN / PA_MMA_N score fragments per row tile)
 //   pa_tile_pv<MT, ON, BN>(acc, p, v_s)        acc += P V: the probabilities p (score fragments) against the BN
 //                                              rows of v_s (ON = PA_HEAD_DIM / PA_MMA_N output fragments)
+// These complete before they return (PA_TILE_ASYNC = 0). With the warpgroup MMA (PA_TILE_ASYNC = 1) the products
+// are asynchronous instead: pa_tile_qk_start, pa_tile_pv_start (P as A fragments, from pa_tile_to_a) and the
+// waits pa_tile_wait_scores<PENDING> / pa_tile_wait_all. PA_TILE_STAGES is the number of K and V buffers, and
+// pa_tile_base gives the first tile in dynamic shared memory; pa_tile_store_row writes one output row.
 #if defined(PA_HEAD_DIM)
 constexpr int PA_TILE_CHUNK = 16 / (int)sizeof(pa_elem);
 
+// The probabilities (score fragments) as A fragments of P V.
+template <int MT, int SN, int KT>
+PA_DEVICE void pa_tile_to_a(pa_mma_a (&a)[MT][KT], const pa_mma_c (&p)[MT][SN]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < KT; ++kk) pa_mma_a_from_c(a[mt][kk], p[mt], kk * PA_MMA_K);
+}
+
 #if PA_MMA_WGMMA
 static_assert(PA_HEAD_DIM % 64 == 0, "the warpgroup MMA tiles need a head dim that is a multiple of 64");
+#if defined(PA_BLOCK_N)
+static_assert(PA_BLOCK_N == 64, "the warpgroup MMA score tiles are 64 keys wide");
+#endif
 #if defined(PA_THREADS)
 static_assert(PA_THREADS % 128 == 0, "the warpgroup MMA needs whole warpgroups (128 threads)");
 #endif
-constexpr int PA_TILE_ALIGN = 1024;
 #define PA_TILE_ASYNC 1   // tile products: start / wait (below)
 #define PA_TILE_STAGES 2  // K and V buffers
+// The first tile: dynamic shared memory rounded up to 1024 bytes (the host adds 1024 - 16 bytes for it).
+PA_DEVICE pa_elem* pa_tile_base(void* smem) {
+    const unsigned pad = (1024 - pa_smem_addr(smem) % 1024) % 1024;
+    return reinterpret_cast<pa_elem*>(static_cast<char*>(smem) + pad);
+}
 template <int ROWS>
 __device__ constexpr int pa_tile_elems() {
     return ROWS * PA_HEAD_DIM;
@@ -567,18 +563,10 @@ PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const
         const int row = pa_wave_row<MT>(mt) - (pa_wave_id() % 4) * PA_MMA_M;  // the group's 64-row tile
 #pragma unroll
         for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += 16)
-            pa_wgmma_ss<BN>(&s[mt][0][0], pa_wgmma_desc(pa_tile_operand<BM>(q_s, row, k0), 16),
+            pa_wgmma_ss_n64(&s[mt][0][0], pa_wgmma_desc(pa_tile_operand<BM>(q_s, row, k0), 16),
                             pa_wgmma_desc(pa_tile_operand<BN>(k_s, 0, k0), 16), k0 > 0);
     }
     pa_wgmma_commit();
-}
-// The probabilities (score fragments) as A fragments of P V.
-template <int MT, int SN, int KT>
-PA_DEVICE void pa_tile_to_a(pa_mma_a (&a)[MT][KT], const pa_mma_c (&p)[MT][SN]) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int kk = 0; kk < KT; ++kk) pa_mma_a_from_c(a[mt][kk], p[mt], kk * PA_MMA_K);
 }
 template <int MT, int ON, int BN>
 PA_DEVICE void pa_tile_pv_start(pa_mma_c (&acc)[MT][ON], const pa_mma_a (&a)[MT][BN / PA_MMA_K], const pa_elem* v_s) {
@@ -606,9 +594,9 @@ PA_DEVICE void pa_tile_wait_all(pa_mma_c (&acc)[MT][ON]) {
     for (int mt = 0; mt < MT; ++mt) pa_wgmma_settle<ON * 4>(&acc[mt][0][0]);
 }
 #else
-constexpr int PA_TILE_ALIGN = 16;
 #define PA_TILE_ASYNC 0   // tile products complete before they return
 #define PA_TILE_STAGES 1  // K and V buffers
+PA_DEVICE pa_elem* pa_tile_base(void* smem) { return static_cast<pa_elem*>(smem); }
 constexpr int PA_TILE_LD = PA_HEAD_DIM + PA_TILE_CHUNK;  // padded row (elements)
 template <int ROWS>
 __device__ constexpr int pa_tile_elems() {
@@ -658,10 +646,7 @@ PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], 
         // running output with ordinary (round-to-nearest) float additions, so the rounding error does not grow
         // with the number of keys.
         pa_mma_a a[MT][BN / PA_MMA_K];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int kk = 0; kk < BN / PA_MMA_K; ++kk) pa_mma_a_from_c(a[mt][kk], p[mt], kk * PA_MMA_K);
+        pa_tile_to_a(a, p);
 #pragma unroll
         for (int j = 0; j < ON; j += PA_MMA_B_TILES) {
             pa_mma_c part[MT][PA_MMA_B_TILES];
@@ -707,13 +692,19 @@ PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], 
 }
 #endif  // PA_MMA_WGMMA
 
-// The first tile: dynamic shared memory rounded up to PA_TILE_ALIGN (the host adds PA_TILE_ALIGN - 16 bytes).
-PA_DEVICE pa_elem* pa_tile_base(void* smem) {
-#if PA_MMA_WGMMA
-    const unsigned pad = (PA_TILE_ALIGN - pa_smem_addr(smem) % PA_TILE_ALIGN) % PA_TILE_ALIGN;
-    return reinterpret_cast<pa_elem*>(static_cast<char*>(smem) + pad);
-#else
-    return static_cast<pa_elem*>(smem);
-#endif
+// Store row rr of this lane's output fragments c (columns of fragment j start at j * PA_MMA_N), times `scale`.
+template <int ON>
+PA_DEVICE void pa_tile_store_row(pa_elem* row, const pa_mma_c (&c)[ON], int rr, float scale) {
+    const int i = rr * PA_MMA_C_COLS;
+#pragma unroll
+    for (int j = 0; j < ON; ++j) {
+        if constexpr (PA_MMA_C_COLS == 2) {  // two adjacent columns: one paired store
+            pa_store_elem2(row + j * PA_MMA_N + pa_mma_c_col(0), c[j][i] * scale, c[j][i + 1] * scale);
+        } else {
+#pragma unroll
+            for (int e = 0; e < PA_MMA_C_COLS; ++e)
+                pa_store_elem(row + j * PA_MMA_N + pa_mma_c_col(e), c[j][i + e] * scale);
+        }
+    }
 }
 #endif  // PA_HEAD_DIM

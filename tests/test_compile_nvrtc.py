@@ -178,7 +178,7 @@ def test_cubin_records_agree_with_ptxas_report(arch):
 
     compared = 0
     for spec in shipped_variants(Target.for_arch(arch)):
-        build_arch = spec.compile_arch(arch)
+        build_arch = nvrtc.build_arch(arch, spec.defines)
         opts = nvrtc.options(build_arch, spec.defines)
         binary, log = nvrtc.compile_source(sources.read_source("cuda", spec.filename), build_arch, opts)
         if "Used" not in log:

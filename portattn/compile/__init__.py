@@ -57,7 +57,7 @@ def compile_kernel(spec: KernelSpec, target: Target, cache: DiskCache | None = N
     """Compile ``spec`` for ``target``, from memory or disk cache when possible."""
     backend = backend_for(target.vendor)
     source = read_source(target.vendor, spec.filename)
-    arch = spec.compile_arch(target.arch)
+    arch = backend.build_arch(target.arch, spec.defines)
     opts = backend.options(arch, spec.defines)
     key = cache_key(source.digest, opts, arch, backend.NAME, backend.version())
     with _lock:

@@ -67,6 +67,11 @@ def version() -> str:
     return _libs().version()
 
 
+def build_arch(arch: str, defines: dict[str, int]) -> str:
+    """The arch to build for: always the target's own."""
+    return arch
+
+
 def options(arch: str, defines: dict[str, int]) -> list[str]:
     return [f"--offload-arch={arch}", "-std=c++17", "-O3"] + [f"-D{k}={v}" for k, v in sorted(defines.items())]
 

@@ -29,6 +29,11 @@ def version() -> str:
     return f"{major}.{minor}"
 
 
+def build_arch(arch: str, defines: dict[str, int]) -> str:
+    """The arch to build for: the arch-specific variant ("sm_90a") for the warpgroup MMA, which needs it."""
+    return arch + "a" if defines.get("PA_MMA_WGMMA") else arch
+
+
 def options(arch: str, defines: dict[str, int]) -> list[str]:
     return [f"--gpu-architecture={arch}", "-std=c++17", "-Xptxas=-v", "--use_fast_math"] + [
         f"-D{k}={v}" for k, v in sorted(defines.items())
