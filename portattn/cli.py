@@ -148,7 +148,7 @@ def _info(archs: list[str] | None) -> int:
 
     from .compile.cache import DiskCache
     from .errors import PortattnError
-    from .select import DTYPES, HEAD_DIMS, select
+    from .select import DTYPES, HEAD_DIMS, SHORT_SEQLEN, select
     from .target import LANES_ENV
 
     if torch.version.hip:
@@ -180,9 +180,12 @@ def _info(archs: list[str] | None) -> int:
             for d in HEAD_DIMS:
                 try:
                     choice = select(target, dtype, d).label
+                    short = select(target, dtype, d, seqlen_q=SHORT_SEQLEN).label
                 except (PortattnError, NotImplementedError, ValueError) as exc:
-                    choice = f"unsupported ({exc})"
+                    choice = short = f"unsupported ({exc})"
                 print(f"  {dtype} d={d}: {choice}")
+                if short != choice:
+                    print(f"  {dtype} d={d}, at most {SHORT_SEQLEN} queries: {short}")
     return 0
 
 

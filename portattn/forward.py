@@ -76,7 +76,8 @@ def run_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
         if (hooks.target.vendor, hooks.target.arch) != (target.vendor, target.arch):
             raise UnsupportedTargetError(f"target {hooks.target} cannot run on this device ({target})")
         target = hooks.target
-    spec = select(target, dtype_name(q.dtype), q.shape[-1], hooks.kernel or os.environ.get(KERNEL_ENV) or None)
+    spec = select(target, dtype_name(q.dtype), q.shape[-1], hooks.kernel or os.environ.get(KERNEL_ENV) or None,
+                  q.shape[2])
     if hooks.tweak is not None:
         spec = hooks.tweak(spec)
     fn = _function(target, spec, q.device.index)

@@ -41,6 +41,7 @@ class TileConfig:
     threads: int  # threads per block
     row_lanes: int = 16  # simt kernel: lanes sharing one query row group (its max / sum reductions span them)
     warpgroup_mma: bool = False  # mma kernel on Hopper: warpgroup MMA (wgmma; PA_MMA_WGMMA)
+    min_blocks: int = 1  # mma kernel: blocks per SM / CU the compiler must fit registers for (PA_MIN_BLOCKS)
 
 
 Rows = dict[tuple[str, int], TileConfig]
@@ -58,10 +59,15 @@ _NV_MMA = _rows(HALF, {32: (128, 64, 256), 64: (128, 64, 128), 96: (128, 64, 128
                        256: (64, 64, 128)}) | _rows(("float32",), {
     32: (64, 64, 128), 64: (128, 32, 128), 96: (64, 32, 128), 128: (64, 64, 128)})
 _NV_MMA_SMALL_SMEM = _NV_MMA | _rows(HALF, {256: (64, 32, 128)})
-# Hopper: warpgroup MMA for the 16-bit head dims that are multiples of 64 and whose accumulators fit (d <= 128):
-# three (d = 128) or four (d = 64) warpgroups per block, each with 64 query rows.
-_NV_MMA_HOPPER = _NV_MMA | {(dt, d): TileConfig(bm, 64, nt, warpgroup_mma=True)
-                            for dt in HALF for d, (bm, nt) in {64: (256, 512), 128: (192, 384)}.items()}
+# Hopper: warpgroup MMA for the 16-bit head dims that are multiples of 64 and whose accumulators fit (d <= 128),
+# 64 query rows per warpgroup. d = 64: two warpgroups per block and two blocks per SM (within 128 registers), so
+# one block's start (Q load, first scores) overlaps the other's work; d = 128 needs more registers than that and
+# runs three warpgroups, one block per SM.
+# float32 d = 128 (mma.sync 3xTF32): eight warps of 32 rows each, so that each K and V fragment feeds twice the
+# products.
+_NV_MMA_HOPPER = _NV_MMA | {(dt, d): TileConfig(bm, 64, nt, warpgroup_mma=True, min_blocks=mb)
+                            for dt in HALF for d, (bm, nt, mb) in {64: (128, 256, 2), 128: (192, 384, 1)}.items()
+                            } | _rows(("float32",), {128: (256, 32, 256)})
 # 64 KiB of LDS per CU: 8-wave workgroups within it keep two waves on each SIMD; the 16-bit d = 256 and float32
 # d = 96 / 128 tiles fit one 4-wave workgroup per CU (one wave per SIMD); float32 d = 256 has no matrix-unit tile
 # that fits and runs the simt kernel.
@@ -97,6 +103,14 @@ SIMT_TILES: dict[str, Rows] = {
     "rdna3": _AMD_SIMT,
 }
 TABLES: dict[str, dict[str, Rows]] = {"mma": MMA_TILES, "simt": SIMT_TILES}
+
+# Short sequences (at most SHORT_SEQLEN query rows): matrix-unit rows that differ from MMA_TILES. With few key tiles
+# per block, a block's start is a larger share of its time and a tall tile's padding rows cost more. Hopper
+# d = 128: two warpgroups (128 rows) instead of three (192).
+SHORT_SEQLEN = 1024
+MMA_TILES_SHORT: dict[str, Rows] = {
+    "sm90": {(dt, 128): TileConfig(128, 64, 256, warpgroup_mma=True) for dt in HALF},
+}
 
 
 @dataclass(frozen=True)
@@ -134,6 +148,8 @@ class KernelSpec:
             "PA_THREADS": self.tile.threads,
             "PA_ROW_LANES": self.tile.row_lanes,
         }
+        if self.kernel == "mma":
+            defines["PA_MIN_BLOCKS"] = self.tile.min_blocks
         if self.emulated:
             defines["PA_EMULATE_WAVE64"] = 1
         if self.dtype == "bfloat16":
@@ -163,7 +179,8 @@ class KernelSpec:
     def label(self) -> str:
         t = self.tile
         lanes = f"{self.lanes}l" + ("-emulated" if self.emulated else "")
-        extra = ",wgmma" * t.warpgroup_mma + "".join(f",{k}={v}" for k, v in self.test_defines)
+        extra = ",wgmma" * t.warpgroup_mma + f",{t.min_blocks}/SM" * (t.min_blocks > 1)
+        extra += "".join(f",{k}={v}" for k, v in self.test_defines)
         return f"{self.function}[d={self.head_dim},{t.block_m}x{t.block_n},{t.threads}t,{lanes}{extra}]"
 
 
@@ -177,9 +194,11 @@ def family(target: Target) -> str:
         ) from None
 
 
-def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None) -> KernelSpec:
+def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
+           seqlen_q: int | None = None) -> KernelSpec:
     """The kernel variant for ``dtype`` and ``head_dim`` on ``target``: the matrix-unit kernel where the tables
-    have a row for it, else the simt kernel; ``kernel`` ("mma" or "simt") asks for one of them."""
+    have a row for it, else the simt kernel; ``kernel`` ("mma" or "simt") asks for one of them. ``seqlen_q`` (query
+    rows) picks the short-sequence row of MMA_TILES_SHORT where there is one."""
     fam = family(target)
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -194,7 +213,10 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None)
         raise NotImplementedError(f"{dtype} attention has no {which} for {target.tuning_arch} at head dim "
                                   f"{head_dim} yet")
     filename, function = KERNELS[chosen]
-    spec = KernelSpec(filename, function, dtype, head_dim, TABLES[chosen][fam][key], target.lanes, target.emulated)
+    tile = TABLES[chosen][fam][key]
+    if chosen == "mma" and seqlen_q is not None and seqlen_q <= SHORT_SEQLEN:
+        tile = MMA_TILES_SHORT.get(fam, {}).get(key, tile)
+    spec = KernelSpec(filename, function, dtype, head_dim, tile, target.lanes, target.emulated)
     limits = [target] + ([Target.for_arch(target.emulates)] if target.emulates else [])
     for t in limits:
         if spec.smem_bytes > t.smem_per_block:
@@ -219,7 +241,10 @@ def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
 
 
 def shipped_variants(target: Target) -> list[KernelSpec]:
-    """Every kernel variant portattn can use on ``target``: each table row of the matrix-unit and simt kernels."""
+    """Every kernel variant portattn can use on ``target``: each table row of the matrix-unit and simt kernels,
+    then the short-sequence rows."""
     fam = family(target)
     keys = [(dt, d) for dt in DTYPES for d in HEAD_DIMS]
-    return [select(target, dt, d, k) for k in ("mma", "simt") for dt, d in keys if (dt, d) in TABLES[k][fam]]
+    specs = [select(target, dt, d, k) for k in ("mma", "simt") for dt, d in keys if (dt, d) in TABLES[k][fam]]
+    short = [select(target, dt, d, "mma", SHORT_SEQLEN) for dt, d in keys if (dt, d) in MMA_TILES_SHORT.get(fam, {})]
+    return specs + [s for s in short if s not in specs]

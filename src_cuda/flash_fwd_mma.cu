@@ -6,12 +6,14 @@
 // memory and K and V tiles of PA_BLOCK_N keys stream through it, loaded asynchronously (see the two schedules in
 // the kernel). Scores stay in registers and become the A operand of P·V directly; online softmax in base 2.
 //
-// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_BF16, PA_F32, PA_MMA_WGMMA.
+// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_MIN_BLOCKS (blocks per SM
+// the registers must allow), PA_BF16, PA_F32, PA_MMA_WGMMA.
 #include "pa_mma.cuh"
 #include "pa_params.cuh"
 
-#if !defined(PA_HEAD_DIM) || !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_THREADS)
-#error "PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N and PA_THREADS must be defined by the host"
+#if !defined(PA_HEAD_DIM) || !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_THREADS) || \
+    !defined(PA_MIN_BLOCKS)
+#error "PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS and PA_MIN_BLOCKS must be defined by the host"
 #endif
 
 namespace {
@@ -151,7 +153,7 @@ PA_DEVICE void rescale_output(pa_mma_c (&acc)[MT][ON], const Softmax& sm) {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_mma(const PaFwdParams p) {
+extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash_fwd_mma(const PaFwdParams p) {
     extern __shared__ float4 pa_smem4[];
     constexpr int KV = pa_tile_elems<BN>();
     pa_elem* q_s = pa_tile_base(pa_smem4);          // BM rows

@@ -9,7 +9,7 @@ import portattn.plot
 from portattn.bench import BenchRow
 from portattn.cli import main
 from portattn.compile import clear_memory_cache
-from portattn.select import select, shipped_variants
+from portattn.select import SHORT_SEQLEN, select, shipped_variants
 from portattn.target import Target
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -35,6 +35,8 @@ def test_info_for_named_archs(capsys):
         for spec in shipped_variants(Target.for_arch(arch)):
             if spec == select(Target.for_arch(arch), spec.dtype, spec.head_dim):  # the selector's choice
                 assert f"  {spec.dtype} d={spec.head_dim}: {spec.label}\n" in text
+    short = select(Target.for_arch("sm_90"), "float16", 128, seqlen_q=SHORT_SEQLEN)
+    assert f"  float16 d=128, at most {SHORT_SEQLEN} queries: {short.label}\n" in text
     assert text.count("float32 d=64: pa_flash_fwd_mma[d=64,") == 2
     assert "float32 d=256: pa_flash_fwd_f32[d=256," in text  # gfx90a: no matrix-unit tile fits
     assert main(["info", "--arch", "sm_70"]) == 2

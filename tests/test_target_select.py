@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from portattn import UnsupportedTargetError
-from portattn.select import ARCH_FAMILY, HEAD_DIMS, family, select, shipped_variants
+from portattn.select import ARCH_FAMILY, HEAD_DIMS, SHORT_SEQLEN, family, select, shipped_variants
 from portattn.target import Target, available_targets
 
 EXPECTED = {  # arch -> (vendor, lanes, family)
@@ -124,11 +124,34 @@ def test_no_gpu_means_no_available_targets(monkeypatch):
     assert available_targets() == []
 
 
+def test_short_sequences_take_their_own_rows():
+    hopper, amd = Target.for_arch("sm_90"), Target.for_arch("gfx90a")
+    for dtype in ("float16", "bfloat16"):
+        long = select(hopper, dtype, 128)
+        assert select(hopper, dtype, 128, seqlen_q=SHORT_SEQLEN + 1) == long
+        short = select(hopper, dtype, 128, seqlen_q=SHORT_SEQLEN)
+        assert short == select(hopper, dtype, 128, seqlen_q=1) and short.tile != long.tile
+        assert short in shipped_variants(hopper)
+        # rows without a short-sequence entry, and the simt kernel, ignore the sequence length
+        assert select(hopper, dtype, 64, seqlen_q=1) == select(hopper, dtype, 64)
+        assert select(amd, dtype, 128, seqlen_q=1) == select(amd, dtype, 128)
+    assert select(hopper, "float32", 128, "simt", seqlen_q=1) == select(hopper, "float32", 128, "simt")
+    assert len(set(shipped_variants(hopper))) == len(shipped_variants(hopper))
+
+
+def test_min_blocks_reaches_the_launch_bounds():
+    hopper = Target.for_arch("sm_90")
+    assert select(hopper, "float16", 64).defines["PA_MIN_BLOCKS"] == select(hopper, "float16", 64).tile.min_blocks == 2
+    assert select(hopper, "float16", 128).defines["PA_MIN_BLOCKS"] == 1
+    assert "PA_MIN_BLOCKS" not in select(hopper, "float32", 64, "simt").defines
+    assert ",2/SM" in select(hopper, "bfloat16", 64).label
+
+
 def test_smem_limit_is_enforced(fake_device):
     small = fake_device("sm_90", shared_memory_per_block_optin=48 * 1024)
     with pytest.raises(UnsupportedTargetError, match="needs 150528 bytes of shared memory"):
         select(small, "float32", 256)
-    with pytest.raises(UnsupportedTargetError, match="needs 101376 bytes of shared memory"):
+    with pytest.raises(UnsupportedTargetError, match="needs 168960 bytes of shared memory"):
         select(small, "float32", 128)
 
 
