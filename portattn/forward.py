@@ -99,4 +99,5 @@ def run_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
         setattr(p, f"{name}_sh", sh)
         setattr(p, f"{name}_sn", sn)
     stream = torch.cuda.current_stream(q.device).cuda_stream
-    driver_for(target.vendor).launch(fn, (blocks, 1, 1), (spec.tile.threads, 1, 1), spec.smem_bytes, p, stream)
+    grid = spec.grid_blocks(blocks, target.multiprocessors)
+    driver_for(target.vendor).launch(fn, (grid, 1, 1), (spec.tile.threads, 1, 1), spec.smem_bytes, p, stream)

@@ -42,6 +42,7 @@ class TileConfig:
     row_lanes: int = 16  # simt kernel: lanes sharing one query row group (its max / sum reductions span them)
     warpgroup_mma: bool = False  # mma kernel on Hopper: warpgroup MMA (wgmma; PA_MMA_WGMMA)
     min_blocks: int = 1  # mma kernel: blocks per SM / CU the compiler must fit registers for (PA_MIN_BLOCKS)
+    persistent: bool = False  # mma kernel: min_blocks blocks per SM / CU loop over the work items (PA_PERSISTENT)
 
 
 Rows = dict[tuple[str, int], TileConfig]
@@ -63,11 +64,8 @@ _NV_MMA_SMALL_SMEM = _NV_MMA | _rows(HALF, {256: (64, 32, 128)})
 # 64 query rows per warpgroup. d = 64: two warpgroups per block and two blocks per SM (within 128 registers), so
 # one block's start (Q load, first scores) overlaps the other's work; d = 128 needs more registers than that and
 # runs three warpgroups, one block per SM.
-# float32 d = 128 (mma.sync 3xTF32): eight warps of 32 rows each, so that each K and V fragment feeds twice the
-# products.
 _NV_MMA_HOPPER = _NV_MMA | {(dt, d): TileConfig(bm, 64, nt, warpgroup_mma=True, min_blocks=mb)
-                            for dt in HALF for d, (bm, nt, mb) in {64: (128, 256, 2), 128: (192, 384, 1)}.items()
-                            } | _rows(("float32",), {128: (256, 32, 256)})
+                            for dt in HALF for d, (bm, nt, mb) in {64: (128, 256, 2), 128: (192, 384, 1)}.items()}
 # 64 KiB of LDS per CU: 8-wave workgroups within it keep two waves on each SIMD; the 16-bit d = 256 and float32
 # d = 96 / 128 tiles fit one 4-wave workgroup per CU (one wave per SIMD); float32 d = 256 has no matrix-unit tile
 # that fits and runs the simt kernel.
@@ -106,10 +104,11 @@ TABLES: dict[str, dict[str, Rows]] = {"mma": MMA_TILES, "simt": SIMT_TILES}
 
 # Short sequences (at most SHORT_SEQLEN query rows): matrix-unit rows that differ from MMA_TILES. With few key tiles
 # per block, a block's start is a larger share of its time and a tall tile's padding rows cost more. Hopper
-# d = 128: two warpgroups (128 rows) instead of three (192).
+# d = 128: two warpgroups (128 rows) instead of three (192), and persistent blocks, which load the next item's Q
+# while finishing the current one.
 SHORT_SEQLEN = 1024
 MMA_TILES_SHORT: dict[str, Rows] = {
-    "sm90": {(dt, 128): TileConfig(128, 64, 256, warpgroup_mma=True) for dt in HALF},
+    "sm90": {(dt, 128): TileConfig(128, 64, 256, warpgroup_mma=True, persistent=True) for dt in HALF},
 }
 
 
@@ -150,6 +149,7 @@ class KernelSpec:
         }
         if self.kernel == "mma":
             defines["PA_MIN_BLOCKS"] = self.tile.min_blocks
+            defines["PA_PERSISTENT"] = int(self.tile.persistent)
         if self.emulated:
             defines["PA_EMULATE_WAVE64"] = 1
         if self.dtype == "bfloat16":
@@ -175,11 +175,18 @@ class KernelSpec:
             return size * (t.block_m + 4 * t.block_n) * self.head_dim + 1024 - 16
         return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)
 
+    def grid_blocks(self, work_items: int, multiprocessors: int) -> int:
+        """Blocks to launch for ``work_items`` tiles of query rows: one each, or for a persistent tile at most
+        ``min_blocks`` per multiprocessor."""
+        if self.tile.persistent:
+            return min(work_items, multiprocessors * self.tile.min_blocks)
+        return work_items
+
     @property
     def label(self) -> str:
         t = self.tile
         lanes = f"{self.lanes}l" + ("-emulated" if self.emulated else "")
-        extra = ",wgmma" * t.warpgroup_mma + f",{t.min_blocks}/SM" * (t.min_blocks > 1)
+        extra = ",wgmma" * t.warpgroup_mma + f",{t.min_blocks}/SM" * (t.min_blocks > 1) + ",persistent" * t.persistent
         extra += "".join(f",{k}={v}" for k, v in self.test_defines)
         return f"{self.function}[d={self.head_dim},{t.block_m}x{t.block_n},{t.threads}t,{lanes}{extra}]"
 

@@ -1,12 +1,15 @@
 """float16 / bfloat16 attention (the matrix-unit kernel) against the float64 reference and SDPA's flash backend,
 on every target the machine executes that has a 16-bit kernel."""
+from dataclasses import replace
+
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import portattn
 from portattn.reference import reference_attention, relative_error
-from portattn.select import has_kernel
+from portattn.select import has_kernel, select
+from portattn.testing import tweak_variant
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_half_target")]
 DTYPES = [torch.float16, torch.bfloat16]
@@ -110,3 +113,24 @@ def test_output_view_with_odd_row_stride(gen, dtype):
     portattn.attention(q, k, v, causal=True, out=out)
     assert relative_error(out, reference_attention(q, k, v, True)[0]) < 1e-2
     assert buf[..., 0].isnan().all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_persistent_blocks_match_one_block_per_item(gen, on_half_target, d, causal):
+    """Blocks that loop over several work items (persistent tiles, several passes over the grid here) compute
+    exactly what one block per item computes: GQA, Nq != Nk, a ragged last query block."""
+    q = rand(gen, torch.float16, 8, 8, 700, d)
+    k, v = (rand(gen, torch.float16, 8, 2, 900, d) for _ in range(2))
+    spec = select(on_half_target, "float16", d, seqlen_q=700)
+    items = 8 * 8 * -(-700 // spec.tile.block_m)
+    outs = []
+    for persistent in (False, True):
+        tile = replace(spec.tile, persistent=persistent)
+        assert (replace(spec, tile=tile).grid_blocks(items, on_half_target.multiprocessors) < items) == persistent
+        out = torch.full_like(q, float("nan"))
+        with tweak_variant(lambda s: replace(s, tile=tile)):
+            portattn.attention(q, k, v, causal=causal, out=out)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    assert relative_error(outs[1], reference_attention(q, k, v, causal)[0]) < 1e-2

@@ -147,11 +147,20 @@ def test_min_blocks_reaches_the_launch_bounds():
     assert ",2/SM" in select(hopper, "bfloat16", 64).label
 
 
+def test_persistent_tiles_launch_a_block_per_multiprocessor_slot():
+    hopper = Target.for_arch("sm_90")
+    short, long = (select(hopper, "float16", 128, seqlen_q=n) for n in (SHORT_SEQLEN, SHORT_SEQLEN + 1))
+    assert short.tile.persistent and short.defines["PA_PERSISTENT"] == 1 and ",persistent" in short.label
+    assert not long.tile.persistent and long.defines["PA_PERSISTENT"] == 0
+    assert short.grid_blocks(10_000, 132) == 132 * short.tile.min_blocks and short.grid_blocks(100, 132) == 100
+    assert long.grid_blocks(10_000, 132) == 10_000
+
+
 def test_smem_limit_is_enforced(fake_device):
     small = fake_device("sm_90", shared_memory_per_block_optin=48 * 1024)
     with pytest.raises(UnsupportedTargetError, match="needs 150528 bytes of shared memory"):
         select(small, "float32", 256)
-    with pytest.raises(UnsupportedTargetError, match="needs 168960 bytes of shared memory"):
+    with pytest.raises(UnsupportedTargetError, match="needs 101376 bytes of shared memory"):
         select(small, "float32", 128)
 
 
