@@ -11,7 +11,7 @@ from typing import Callable
 from .compile import CompiledKernel, compile_kernel
 from .compile.cache import DiskCache
 from .resources import Resources, amd_waves_per_simd, nvidia_blocks_per_sm
-from .select import KernelSpec, shipped_variants
+from .select import SHORT_SEQLEN, KernelSpec, select, shipped_variants
 from .target import Target
 
 REPORT_ARCHS = ("sm_80", "sm_90", "gfx90a")
@@ -23,6 +23,7 @@ class ReportRow:
     spec: KernelSpec
     resources: Resources
     occupancy: str
+    short_only: bool = False  # the variant of sequences of at most SHORT_SEQLEN queries
 
 
 def occupancy(res: Resources, spec: KernelSpec, target: Target) -> str:
@@ -43,7 +44,8 @@ def report_rows(target: Target, cache: DiskCache | None = None,
         if progress is not None:
             progress(n, len(specs), kernel, time.perf_counter() - start)
         res = kernel.resources
-        rows.append(ReportRow(target.arch, spec, res, occupancy(res, spec, target)))
+        rows.append(ReportRow(target.arch, spec, res, occupancy(res, spec, target),
+                              spec != select(target, spec.dtype, spec.head_dim, spec.kernel)))
     return rows
 
 
@@ -53,7 +55,9 @@ def format_rows(rows: list[ReportRow]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         regs = str(r.resources.registers) + (f" ({r.resources.agprs} AGPR)" if r.resources.agprs else "")
-        cells = [r.arch, r.spec.function, r.spec.dtype, str(r.spec.head_dim), f"{r.spec.tile.block_m}x{r.spec.tile.block_n}",
+        tile = ", ".join([f"{r.spec.tile.block_m}x{r.spec.tile.block_n}", *r.spec.tile_options])
+        tile += f" (at most {SHORT_SEQLEN} queries)" * r.short_only
+        cells = [r.arch, r.spec.function, r.spec.dtype, str(r.spec.head_dim), tile,
                  str(r.spec.tile.threads), regs, str(r.resources.static_smem + r.spec.smem_bytes),
                  str(r.resources.spill_bytes), str(r.resources.scratch_bytes), r.occupancy]
         lines.append("| " + " | ".join(cells) + " |")

@@ -183,12 +183,17 @@ class KernelSpec:
         return work_items
 
     @property
+    def tile_options(self) -> list[str]:
+        """The tile's options beyond its shape, e.g. ["wgmma", "2/SM"]."""
+        t = self.tile
+        return ["wgmma"] * t.warpgroup_mma + [f"{t.min_blocks}/SM"] * (t.min_blocks > 1) + ["persistent"] * t.persistent
+
+    @property
     def label(self) -> str:
         t = self.tile
         lanes = f"{self.lanes}l" + ("-emulated" if self.emulated else "")
-        extra = ",wgmma" * t.warpgroup_mma + f",{t.min_blocks}/SM" * (t.min_blocks > 1) + ",persistent" * t.persistent
-        extra += "".join(f",{k}={v}" for k, v in self.test_defines)
-        return f"{self.function}[d={self.head_dim},{t.block_m}x{t.block_n},{t.threads}t,{lanes}{extra}]"
+        extra = [*self.tile_options, *(f"{k}={v}" for k, v in self.test_defines)]
+        return f"{self.function}[d={self.head_dim},{t.block_m}x{t.block_n},{t.threads}t,{','.join([lanes, *extra])}]"
 
 
 def family(target: Target) -> str:

@@ -112,3 +112,16 @@ def test_warmup_needs_a_gpu_or_an_arch(cache_dir, capsys):
     assert "--arch" in capsys.readouterr().err
     assert main(["warmup", "--arch", "sm_70"]) == 2
     assert "unknown arch" in capsys.readouterr().err
+
+
+def test_report_rows_name_the_tile_options_and_the_short_sequence_rows():
+    from portattn.report import ReportRow, format_rows
+    from portattn.resources import Resources
+
+    hopper = Target.for_arch("sm_90")
+    res = Resources(registers=180, static_smem=0, spill_bytes=0, scratch_bytes=0)
+    short = select(hopper, "float16", 128, seqlen_q=SHORT_SEQLEN)
+    text = format_rows([ReportRow("sm_90", select(hopper, "float16", 64), res, "2 blocks/SM"),
+                        ReportRow("sm_90", short, res, "1 blocks/SM", short_only=True)])
+    assert "| float16 | 64 | 128x64, wgmma, 2/SM | 256 |" in text
+    assert f"| float16 | 128 | 128x64, wgmma, persistent (at most {SHORT_SEQLEN} queries) | 256 |" in text
