@@ -28,7 +28,6 @@ constexpr int SN = BN / PA_MMA_N;            // score column tiles
 constexpr int ON = D / PA_MMA_N;             // output column tiles
 constexpr int CHUNKS = D / PA_TILE_CHUNK;    // 16-byte chunks per row
 
-constexpr int C_REGS = PA_MMA_C_ROWS * PA_MMA_C_COLS;
 constexpr bool PERSISTENT = PA_PERSISTENT;  // blocks loop over work items (see work_item)
 constexpr float RESCALE_SLACK = 8.f;         // log2 units: probabilities stay <= 256, fine for float16 operands
 
@@ -212,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
 #pragma unroll
             for (int j = 0; j < ON; ++j)
 #pragma unroll
-                for (int i = 0; i < C_REGS; ++i) acc[mt][j][i] = 0.f;
+                for (int i = 0; i < PA_MMA_C_REGS; ++i) acc[mt][j][i] = 0.f;
         }
 
 #if PA_TILE_ASYNC

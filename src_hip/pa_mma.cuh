@@ -10,8 +10,9 @@
 //   pa_mma_b   B fragments of PA_MMA_B_TILES adjacent n tiles
 //                                         pa_mma_load_b_nk: from a [n][k] tile (K for Q·K^T)
 //                                         pa_mma_load_b_kn: from a [k][n] tile (V for P·V)
-//   pa_mma_c   C fragment: PA_MMA_C_ROWS rows x PA_MMA_C_COLS columns, element rr * PA_MMA_C_COLS + cc at
-//              (pa_mma_c_row(rr), pa_mma_c_col(cc)); the lanes holding one row form segments of PA_MMA_ROW_LANES
+//   pa_mma_c   C fragment, PA_MMA_C_REGS floats: PA_MMA_C_ROWS rows x PA_MMA_C_COLS columns, element
+//              rr * PA_MMA_C_COLS + cc at (pa_mma_c_row(rr), pa_mma_c_col(cc)); the lanes holding one row form
+//              segments of PA_MMA_ROW_LANES
 //   pa_mma(c, a, b, t)                    c += a * (n tile t of b)
 //   pa_mma_a_from_c(a, c, k0)             the A fragment of keys k0 .. k0 + PA_MMA_K - 1 from the row of score
 //                                         C fragments c (scores become the left operand of P·V in registers)
@@ -68,7 +69,9 @@ PA_DEVICE unsigned pa_pack_x2(float lo, float hi) {
     return r;
 }
 #else
-// HIP: plain copies (the loads of the next tile are not overlapped with compute).
+// HIP (64-lane MFMA waves; pa_mfma.cuh has the 16-bit conversions): plain copies, so the loads of the next tile
+// are not overlapped with compute.
+#include "pa_mfma.cuh"
 PA_DEVICE void pa_async_copy16(void* dst_smem, const void* src, bool valid) {
     *static_cast<uint4*>(dst_smem) = valid ? *static_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
 }
@@ -78,11 +81,9 @@ PA_DEVICE void pa_async_wait() {}
 
 PA_DEVICE unsigned pa_to_16bit(float x) {
 #if PA_BF16
-    const unsigned u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;  // NaN stays NaN
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;          // round to nearest even
+    return (unsigned short)pa_mfma_bf16_from_float(x);
 #else
-    const _Float16 h = (_Float16)x;
+    const pa_mfma_f16 h = pa_mfma_f16_from_float(x);
     unsigned short bits;
     __builtin_memcpy(&bits, &h, 2);
     return bits;
@@ -109,6 +110,18 @@ PA_DEVICE void pa_store_elem2(pa_elem* p, float x, float y) {
 }
 
 #if PA_WARP_SIZE == 32 && defined(PA_VENDOR_CUDA)
+// ---- NVIDIA mma.sync: m16n8 tiles, two adjacent n tiles per B fragment ------------------------------------------
+// C 16x8 float, 4 registers (g = lane / 4, t = lane % 4): (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+#define PA_MMA_M 16
+#define PA_MMA_N 8
+#define PA_MMA_B_TILES 2
+#define PA_MMA_C_ROWS 2
+#define PA_MMA_C_COLS 2
+#define PA_MMA_ROW_LANES 4
+typedef float pa_mma_c[4];
+PA_DEVICE int pa_mma_c_row(int rr) { return pa_lane_id() / 4 + 8 * rr; }
+PA_DEVICE int pa_mma_c_col(int cc) { return 2 * (pa_lane_id() % 4) + cc; }
+
 // Four 8x8 matrices of 16-bit elements; lane i gives the address of row i % 8 of matrix i / 8. Register j gets
 // matrix j with lane l holding row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 (.trans: column instead of row).
 PA_DEVICE void pa_ldmatrix_x4(unsigned (&r)[4], const void* smem) {
@@ -126,16 +139,10 @@ PA_DEVICE void pa_ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
 // ---- NVIDIA float32: 3xTF32 on mma.sync m16n8k8 ------------------------------------------------------------------
 // Each float x is split into big = tf32(x) and small = tf32(x - big); a product is small*big + big*small + big*big
 // (small*small is below float32 rounding). Fragments (g = lane / 4, t = lane % 4):
-//   A 16x8: (g, t), (g+8, t), (g, t+4), (g+8, t+4)    B 8x8 (k x n): (k t, n g), (k t+4, n g)    C as m16n8k16.
+//   A 16x8: (g, t), (g+8, t), (g, t+4), (g+8, t+4)    B 8x8 (k x n): (k t, n g), (k t+4, n g)
 // For P·V the key order inside a k8 step is permuted: k = t holds key 2t and k = t + 4 key 2t + 1, so that the
 // score C fragment is the A fragment as it stands; the V fragments are loaded with the same permutation.
-#define PA_MMA_M 16
-#define PA_MMA_N 8
 #define PA_MMA_K 8
-#define PA_MMA_B_TILES 2
-#define PA_MMA_C_ROWS 2
-#define PA_MMA_C_COLS 2
-#define PA_MMA_ROW_LANES 4
 #define PA_MMA_ACC_TRUNCATES 1  // sum P·V tiles outside the unit: its float accumulation truncates
 struct pa_mma_a {
     unsigned big[4], small[4];
@@ -143,7 +150,6 @@ struct pa_mma_a {
 struct pa_mma_b {  // two n tiles: registers 0..1 for n 0..7, 2..3 for n 8..15
     unsigned big[4], small[4];
 };
-typedef float pa_mma_c[4];
 
 PA_DEVICE unsigned pa_tf32(float x) {
     unsigned r;
@@ -198,9 +204,6 @@ PA_DEVICE void pa_mma(pa_mma_c& c, const pa_mma_a& a, const pa_mma_b& b, int t) 
     pa_mma_tf32(c, a.big, b.big[2 * t], b.big[2 * t + 1]);
 }
 
-PA_DEVICE int pa_mma_c_row(int rr) { return pa_lane_id() / 4 + 8 * rr; }
-PA_DEVICE int pa_mma_c_col(int cc) { return 2 * (pa_lane_id() % 4) + cc; }
-
 PA_DEVICE void pa_mma_a_from_c(pa_mma_a& a, const pa_mma_c* tiles, int k0) {
     const pa_mma_c& c = tiles[k0 / PA_MMA_N];
     const unsigned raw[4] = {__float_as_uint(c[0]), __float_as_uint(c[2]), __float_as_uint(c[1]),
@@ -212,18 +215,10 @@ PA_DEVICE void pa_mma_a_from_c(pa_mma_a& a, const pa_mma_c* tiles, int k0) {
 // Fragments (g = lane / 4, t = lane % 4):
 //   A 16x16 row-major, 4 x2 registers: (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)
 //   B 16x8 (k x n), 2 x2 registers:    (k 2t..2t+1, n g), (k 2t+8..2t+9, n g)
-//   C 16x8 float, 4 registers:         (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)
-#define PA_MMA_M 16
-#define PA_MMA_N 8
 #define PA_MMA_K 16
-#define PA_MMA_B_TILES 2
-#define PA_MMA_C_ROWS 2
-#define PA_MMA_C_COLS 2
-#define PA_MMA_ROW_LANES 4
 #define PA_MMA_ACC_TRUNCATES 0  // accumulate P·V in the unit across tiles
 typedef unsigned pa_mma_a[4];
 typedef unsigned pa_mma_b[4];
-typedef float pa_mma_c[4];
 
 PA_DEVICE void pa_mma_load_a(pa_mma_a& a, const pa_u16* tile, int ld) {
     const int lane = pa_lane_id();
@@ -252,9 +247,6 @@ PA_DEVICE void pa_mma(pa_mma_c& c, const pa_mma_a& a, const pa_mma_b& b, int t) 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[2 * t]), "r"(b[2 * t + 1]));
 #endif
 }
-
-PA_DEVICE int pa_mma_c_row(int rr) { return pa_lane_id() / 4 + 8 * rr; }
-PA_DEVICE int pa_mma_c_col(int cc) { return 2 * (pa_lane_id() % 4) + cc; }
 
 PA_DEVICE void pa_mma_a_from_c(pa_mma_a& a, const pa_mma_c* tiles, int k0) {
     const pa_mma_c* c = tiles + k0 / PA_MMA_N;  // two n8 tiles make one k16 step
@@ -365,20 +357,22 @@ PA_DEVICE void pa_wgmma_rs(float* d, const unsigned (&a)[4], unsigned long long 
 // ---- 64-lane waves: MFMA 16x16x16 (f16, or bf16_1k) or 16x16x4f32 ------------------------------------------------
 // C layout of both (pa_mfma.cuh, l = lane): column l % 16, rows 4 (l / 16) + i, i = 0..3.
 #include "pa_mfma.cuh"
-
-#if PA_F32
-// float32: A: row l % 16, k = l / 16; B: column l % 16, k = l / 16 (one element each).
 #define PA_MMA_M 16
 #define PA_MMA_N 16
-#define PA_MMA_K 4
 #define PA_MMA_B_TILES 1
 #define PA_MMA_C_ROWS 4
 #define PA_MMA_C_COLS 1
 #define PA_MMA_ROW_LANES 16
 #define PA_MMA_ACC_TRUNCATES 0  // accumulate P·V in the unit across tiles
+typedef pa_mfma_f32x4 pa_mma_c;
+PA_DEVICE int pa_mma_c_row(int rr) { return 4 * (pa_lane_id() / 16) + rr; }
+PA_DEVICE int pa_mma_c_col(int /*cc*/) { return pa_lane_id() % 16; }
+
+#if PA_F32
+// float32: A: row l % 16, k = l / 16; B: column l % 16, k = l / 16 (one element each).
+#define PA_MMA_K 4
 typedef float pa_mma_a;
 typedef float pa_mma_b;
-typedef pa_mfma_f32x4 pa_mma_c;
 
 PA_DEVICE void pa_mma_load_a(pa_mma_a& a, const float* tile, int ld) {
     a = tile[(pa_lane_id() % 16) * ld + pa_lane_id() / 16];
@@ -390,9 +384,6 @@ PA_DEVICE void pa_mma_load_b_kn(pa_mma_b& b, const float* tile, int ld) {
 PA_DEVICE void pa_mma(pa_mma_c& c, const pa_mma_a& a, const pa_mma_b& b, int /*t*/) {
     c = pa_mfma_f32_16x16x4f32(a, b, c);
 }
-
-PA_DEVICE int pa_mma_c_row(int rr) { return 4 * (pa_lane_id() / 16) + rr; }
-PA_DEVICE int pa_mma_c_col(int /*cc*/) { return pa_lane_id() % 16; }
 
 // A lane (row r = l % 16, key k0 + l / 16) needs P[r][key], held by C lane 16 (r / 4) + key % 16 as element
 // r % 4: every element is offered once and each lane keeps the one of its row.
@@ -409,21 +400,13 @@ PA_DEVICE void pa_mma_a_from_c(pa_mma_a& a, const pa_mma_c* tiles, int k0) {
 }
 #else
 // 16-bit: A: row l % 16, k = 4 (l / 16) + j; B: column l % 16, k = 4 (l / 16) + j.
-#define PA_MMA_M 16
-#define PA_MMA_N 16
 #define PA_MMA_K 16
-#define PA_MMA_B_TILES 1
-#define PA_MMA_C_ROWS 4
-#define PA_MMA_C_COLS 1
-#define PA_MMA_ROW_LANES 16
-#define PA_MMA_ACC_TRUNCATES 0  // accumulate P·V in the unit across tiles
 #if PA_BF16
 typedef pa_mfma_bf16x4 pa_mma_a;
 #else
 typedef pa_mfma_f16x4 pa_mma_a;
 #endif
 typedef pa_mma_a pa_mma_b;
-typedef pa_mfma_f32x4 pa_mma_c;
 
 // Four 16-bit elements from their raw bits (two packed words).
 PA_DEVICE void pa_mma_frag_from_bits(pa_mma_a& f, unsigned lo, unsigned hi) {
@@ -458,9 +441,6 @@ PA_DEVICE void pa_mma(pa_mma_c& c, const pa_mma_a& a, const pa_mma_b& b, int /*t
 #endif
 }
 
-PA_DEVICE int pa_mma_c_row(int rr) { return 4 * (pa_lane_id() / 16) + rr; }
-PA_DEVICE int pa_mma_c_col(int /*cc*/) { return pa_lane_id() % 16; }
-
 // A lane (row r = l % 16, k = 4 (l / 16) + j) needs P[r][k], held by C lane 16 (r / 4) + k as element r % 4. In
 // round m every lane offers its element (k % 4 - m) mod 4 and each lane takes the k with (k - r) % 4 == m, so four
 // shuffles move the whole tile.
@@ -471,7 +451,7 @@ PA_DEVICE void pa_mma_a_from_c(pa_mma_a& a, const pa_mma_c* tiles, int k0) {
     float got[4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
-        const int give = ((lane % 16) % 4 - m) & 3;
+        const int give = (e - m) & 3;
         const float offer = give == 0 ? c[0][0] : give == 1 ? c[0][1] : give == 2 ? c[0][2] : c[0][3];
         const int j = (e + m) & 3;
         const float v = pa_shfl(offer, 16 * (r / 4) + kb + j, PA_WARP_SIZE);
@@ -490,6 +470,7 @@ PA_DEVICE void pa_mma_a_from_c(pa_mma_a& a, const pa_mma_c* tiles, int k0) {
 #if PA_MMA_WGMMA && !(PA_WARP_SIZE == 32 && defined(PA_VENDOR_CUDA))
 #error "PA_MMA_WGMMA needs NVIDIA 32-lane warps (sm_90a)"
 #endif
+#define PA_MMA_C_REGS (PA_MMA_C_ROWS * PA_MMA_C_COLS)  // floats per C fragment
 
 // ---- Shared tiles and tile products (the matrix-unit flash kernels) -----------------------------------------------
 // A shared tile holds ROWS rows of PA_HEAD_DIM elements; pa_tile_offset<ROWS>(r, c) is the element offset of (r, c)
@@ -613,13 +594,12 @@ PA_DEVICE int pa_wave_row(int mt) {
 
 template <int MT, int SN, int BM, int BN>
 PA_DEVICE void pa_tile_qk(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
-    constexpr int C_REGS = PA_MMA_C_ROWS * PA_MMA_C_COLS;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int j = 0; j < SN; ++j)
 #pragma unroll
-            for (int i = 0; i < C_REGS; ++i) s[mt][j][i] = 0.f;
+            for (int i = 0; i < PA_MMA_C_REGS; ++i) s[mt][j][i] = 0.f;
 #pragma unroll 2  // unrolling all of the head dim lets the fragment loads run ahead and spill
     for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += PA_MMA_K) {
         pa_mma_a a[MT];
@@ -640,7 +620,6 @@ PA_DEVICE void pa_tile_qk(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_el
 
 template <int MT, int ON, int BN, int SN>
 PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], const pa_elem* v_s) {
-    constexpr int C_REGS = PA_MMA_C_ROWS * PA_MMA_C_COLS;
     if constexpr (PA_MMA_ACC_TRUNCATES) {
         // The unit's float accumulation truncates: each tile's P V is summed in fresh fragments and added to the
         // running output with ordinary (round-to-nearest) float additions, so the rounding error does not grow
@@ -655,7 +634,7 @@ PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], 
 #pragma unroll
                 for (int t = 0; t < PA_MMA_B_TILES; ++t)
 #pragma unroll
-                    for (int i = 0; i < C_REGS; ++i) part[mt][t][i] = 0.f;
+                    for (int i = 0; i < PA_MMA_C_REGS; ++i) part[mt][t][i] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < BN / PA_MMA_K; ++kk) {
                 pa_mma_b vb;
@@ -670,7 +649,7 @@ PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], 
 #pragma unroll
                 for (int t = 0; t < PA_MMA_B_TILES; ++t)
 #pragma unroll
-                    for (int i = 0; i < C_REGS; ++i) acc[mt][j + t][i] += part[mt][t][i];
+                    for (int i = 0; i < PA_MMA_C_REGS; ++i) acc[mt][j + t][i] += part[mt][t][i];
         }
     } else {
 #pragma unroll
