@@ -3,8 +3,8 @@
 The translation works on tokens (see ``lexer.py``): comments, string and character literals are never matched,
 and everything that no rule touches is copied byte for byte.
 
-Vendor-guarded sections of the prelude files (``PRELUDE_NAMES``: ``pa_prelude.cuh`` and the matrix-core header
-``pa_mfma.cuh``): a branch that is only compiled for CUDA, i.e.
+Vendor-guarded sections of the prelude files (``PRELUDE_NAMES``: ``pa_prelude.cuh`` and the matrix-unit headers
+``pa_mma.cuh`` and ``pa_mfma.cuh``): a branch that is only compiled for CUDA, i.e.
 inside ``#if defined(PA_VENDOR_CUDA)`` / ``#ifdef PA_VENDOR_CUDA`` / ``#ifndef PA_VENDOR_HIP`` or in the
 ``#else`` (or a later ``#elif``) of ``#if defined(PA_VENDOR_HIP)`` / ``#ifdef PA_VENDOR_HIP``, is kept verbatim:
 the preprocessor compiles it out under HIP, so neither rules nor checks apply there, and inline PTX is allowed.
@@ -418,9 +418,7 @@ class _FileTranslator:
         start, end = self.lines[self.line_of[i]]
         if self.tokens[end - 1].kind == NL:
             end -= 1
-        for k in range(start, end):
-            self.out[k] = ""
-            self.deleted.add(k)
+        self.delete(start, end)
         self.out[start] = rule.hip
 
     def rewrite_call(self, i: int, tok: Token, rule: Rule) -> None:

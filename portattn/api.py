@@ -6,7 +6,7 @@ from numbers import Real
 
 import torch
 
-from . import ops  # noqa: F401  (registers torch.ops.portattn)
+from . import ops  # registers torch.ops.portattn
 from .select import HEAD_DIMS
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -43,8 +43,7 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; all inputs must be on one device")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError("portattn has no backward pass yet: inputs must not require grad "
-                                  "(use torch.no_grad() or detach them)")
+        raise NotImplementedError(ops.NO_BACKWARD)
 
 
 def _check_gpu(q: torch.Tensor) -> None:

@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 
 import torch
 
-_NO_BACKWARD = ("portattn has no backward pass yet: inputs must not require grad "
+NO_BACKWARD = ("portattn has no backward pass yet: inputs must not require grad "
                 "(use torch.no_grad() or detach them)")
 
 
@@ -70,7 +70,7 @@ def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 
 def _refuse_backward(ctx: object, grad_out: torch.Tensor, grad_lse: torch.Tensor) -> None:
-    raise NotImplementedError(_NO_BACKWARD)
+    raise NotImplementedError(NO_BACKWARD)
 
 
 attention_op.register_autograd(_refuse_backward)

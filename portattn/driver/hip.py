@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import DriverError
 
@@ -41,12 +41,13 @@ def _error_name(hip: Any, err: Any) -> str:
     return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
 
 
-def _check(hip: Any, result: Any, call: str, detail: str = "") -> Any:
-    """Unpack hip-python's ``(hipError_t, *outputs)``; any code but hipSuccess raises DriverError."""
+def _check(hip: Any, result: Any, call: str, detail: Callable[[], str] | None = None) -> Any:
+    """Unpack hip-python's ``(hipError_t, *outputs)``; any code but hipSuccess raises DriverError (with
+    ``detail()`` appended to the error name when given)."""
     err, *rest = result if isinstance(result, tuple) else (result,)
     if err != hip.hipError_t.hipSuccess:
         name = _error_name(hip, err)
-        raise DriverError("hip", call, err, f"{name}; {detail}" if detail else name)
+        raise DriverError("hip", call, err, f"{name}; {detail()}" if detail else name)
     if not rest:
         return None
     return rest[0] if len(rest) == 1 else tuple(rest)
@@ -114,9 +115,13 @@ def launch(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int]
     hip = fn.hip
     # kernelParams is a void** array with one entry: the address of the struct argument.
     args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    detail = f"{fn.name} grid={tuple(grid)} block={tuple(block)} smem={smem_bytes}"
-    if smem_bytes > _LDS_PER_WORKGROUP:
-        detail += f" (more dynamic LDS than the {_LDS_PER_WORKGROUP} bytes a workgroup can have)"
+
+    def detail() -> str:  # built only for an error
+        text = f"{fn.name} grid={tuple(grid)} block={tuple(block)} smem={smem_bytes}"
+        if smem_bytes > _LDS_PER_WORKGROUP:
+            text += f" (more dynamic LDS than the {_LDS_PER_WORKGROUP} bytes a workgroup can have)"
+        return text
+
     with _OnDevice(hip, fn.device_index):
         _check(hip, hip.hipModuleLaunchKernel(fn.handle, *map(int, grid), *map(int, block), int(smem_bytes),
                                               int(stream_handle), ctypes.addressof(args), None),
