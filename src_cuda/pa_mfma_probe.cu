@@ -27,11 +27,15 @@ struct PaMfmaProbeParams {
 namespace {
 
 template <class F, class T>
-PA_DEVICE void put(F& frag, int j, T v) { frag[j] = v; }
+PA_DEVICE void put(F& frag, int j, T v) {
+    frag[j] = v;
+}
 PA_DEVICE void put(float& frag, int, float v) { frag = v; }
 
 template <class F>
-PA_DEVICE auto get(const F& frag, int j) { return frag[j]; }
+PA_DEVICE auto get(const F& frag, int j) {
+    return frag[j];
+}
 PA_DEVICE float get(float frag, int) { return frag; }
 
 PA_DEVICE float f32_to_float(float x) { return x; }
@@ -81,19 +85,17 @@ PA_DEVICE void run_probe(const PaMfmaProbeParams& p) {
 }  // namespace
 
 // One operation descriptor and one kernel per instruction.
-#define PA_MFMA_PROBE(INSTR, LAYOUT, IN, FRAG, ACC, TO_FLOAT)                                              \
-    namespace {                                                                                           \
-    struct Op_##INSTR {                                                                                   \
-        typedef LAYOUT Layout;                                                                            \
-        typedef IN In;                                                                                    \
-        typedef FRAG Frag;                                                                                \
-        typedef ACC Acc;                                                                                  \
-        static PA_DEVICE Acc mma(const Frag& a, const Frag& b, const Acc& c) {                            \
-            return pa_mfma_f32_##INSTR(a, b, c);                                                          \
-        }                                                                                                 \
-        static PA_DEVICE float to_float(IN x) { return TO_FLOAT(x); }                                     \
-    };                                                                                                    \
-    }                                                                                                     \
+#define PA_MFMA_PROBE(INSTR, LAYOUT, IN, FRAG, ACC, TO_FLOAT)                                                         \
+    namespace {                                                                                                       \
+    struct Op_##INSTR {                                                                                               \
+        typedef LAYOUT Layout;                                                                                        \
+        typedef IN In;                                                                                                \
+        typedef FRAG Frag;                                                                                            \
+        typedef ACC Acc;                                                                                              \
+        static PA_DEVICE Acc mma(const Frag& a, const Frag& b, const Acc& c) { return pa_mfma_f32_##INSTR(a, b, c); } \
+        static PA_DEVICE float to_float(IN x) { return TO_FLOAT(x); }                                                 \
+    };                                                                                                                \
+    }                                                                                                                 \
     extern "C" __global__ void pa_mfma_probe_##INSTR(const PaMfmaProbeParams p) { run_probe<Op_##INSTR>(p); }
 
 PA_MFMA_PROBE(32x32x8f16, pa_mfma_layout_32x32x8, pa_mfma_f16, pa_mfma_f16x4, pa_mfma_f32x16, pa_mfma_f16_to_float)

@@ -59,9 +59,7 @@ static_assert(PA_THREADS / 64 <= PA_EMU_MAX_WAVES, "wave64 emulation supports at
 #endif
 static __shared__ unsigned pa_emu_slots[PA_EMU_MAX_WAVES][64];
 
-PA_DEVICE void pa_emu_wave_barrier() {
-    asm volatile("bar.sync %0, 64;" ::"r"(1 + pa_wave_id()) : "memory");
-}
+PA_DEVICE void pa_emu_wave_barrier() { asm volatile("bar.sync %0, 64;" ::"r"(1 + pa_wave_id()) : "memory"); }
 
 // Every lane publishes `v`; returns the value published by lane `src` (0..63) of the same wave.
 PA_DEVICE unsigned pa_emu_exchange(unsigned v, int src) {
@@ -142,10 +140,14 @@ template <int VW>
 PA_DEVICE void pa_loadv(const float* p, float* out) {
     if constexpr (VW == 4) {
         const float4 t = *reinterpret_cast<const float4*>(p);
-        out[0] = t.x; out[1] = t.y; out[2] = t.z; out[3] = t.w;
+        out[0] = t.x;
+        out[1] = t.y;
+        out[2] = t.z;
+        out[3] = t.w;
     } else if constexpr (VW == 2) {
         const float2 t = *reinterpret_cast<const float2*>(p);
-        out[0] = t.x; out[1] = t.y;
+        out[0] = t.x;
+        out[1] = t.y;
     } else {
         static_assert(VW == 1, "vector width must be 1, 2 or 4");
         out[0] = p[0];
@@ -170,3 +172,9 @@ PA_DEVICE float pa_exp2(float x) { return exp2f(x); }
 #endif
 
 PA_DEVICE float pa_log2(float x) { return log2f(x); }
+
+// The natural-log LSE of a softmax row from its running maximum (log2 units; -inf when every key was masked) and
+// its sum of exp2(score - max).
+PA_DEVICE float pa_row_lse(float max_log2, float sum) {
+    return ((max_log2 == pa_neg_inf() ? 0.f : max_log2) + pa_log2(sum)) * PA_LN2;
+}

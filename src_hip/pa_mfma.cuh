@@ -71,9 +71,7 @@ typedef pa_mfma_layout<16, 16, 4> pa_mfma_layout_16x16x4;    // 16x16x4f32
 
 typedef short pa_mfma_bf16;
 
-PA_DEVICE float pa_mfma_bf16_to_float(pa_mfma_bf16 x) {
-    return __uint_as_float((unsigned)(unsigned short)x << 16);
-}
+PA_DEVICE float pa_mfma_bf16_to_float(pa_mfma_bf16 x) { return __uint_as_float((unsigned)(unsigned short)x << 16); }
 
 // Round to nearest even; NaN stays a (quiet) NaN.
 PA_DEVICE pa_mfma_bf16 pa_mfma_bf16_from_float(float x) {

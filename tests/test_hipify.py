@@ -351,7 +351,7 @@ def test_prelude_files() -> None:
     from hipify.translate import is_prelude
 
     assert is_prelude("pa_prelude.cuh") and is_prelude("src_cuda/pa_mfma.cuh") and is_prelude("a\\pa_mfma.cuh")
-    assert not is_prelude("src_cuda/pa_mfma_probe.cu") and not is_prelude("flash_fwd_f32.cu")
+    assert not is_prelude("src_cuda/pa_mfma_probe.cu") and not is_prelude("flash_fwd_simt.cu")
     src = REPO / "src_cuda" / "pa_mfma.cuh"
     text = src.read_text()
     assert "asm(" in text and translate_file(text, "src_cuda/pa_mfma.cuh", str(src)).endswith(text)

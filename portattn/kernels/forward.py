@@ -1,0 +1,248 @@
+"""The forward kernel family: tile tables, variant choice and launch.
+
+Kernels (``src_cuda/``): ``flash_fwd_mma.cu`` on the matrix units (all three dtypes; float32 as 3xTF32 on NVIDIA,
+fp32 MFMA on AMD) and ``flash_fwd_simt.cu``, the portable float32 kernel. Parameters: ``PaFwdParams``
+(``pa_fwd_params.cuh``).
+
+Tuning is data: ``MMA_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile, and
+``MMA_TILES_SHORT`` holds the rows that differ for at most ``SHORT_SEQLEN`` queries. The matrix-unit row wins
+where there is one; a shape with no row in either table is not supported, and the error says so.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import UnsupportedTargetError
+from ..runtime import loader
+from ..runtime.params import struct_from_header
+from ..runtime.target import Target, target_for
+from .variant import DTYPES, HALF, HEAD_DIMS, KERNEL_ENV, OVERRIDES, KernelSpec, Rows, TileConfig, dtype_name, rows
+
+T = TileConfig
+
+# Matrix-unit kernel: (dtype, head dim) -> tile, per family.
+# float32 d = 256 has no tile without register spills (the 3xTF32 fragments are twice as large): simt kernel.
+_NV_MMA = rows(HALF, {
+    32: T(block_m=128, block_n=64, threads=256),
+    64: T(block_m=128, block_n=64, threads=128),
+    96: T(block_m=128, block_n=64, threads=128),
+    128: T(block_m=128, block_n=32, threads=128),
+    256: T(block_m=64, block_n=64, threads=128),
+}) | rows(("float32",), {
+    32: T(block_m=64, block_n=64, threads=128),
+    64: T(block_m=128, block_n=32, threads=128),
+    96: T(block_m=64, block_n=32, threads=128),
+    128: T(block_m=64, block_n=64, threads=128),
+})
+_NV_MMA_SMALL_SMEM = _NV_MMA | rows(HALF, {256: T(block_m=64, block_n=32, threads=128)})
+# Hopper: warpgroup MMA for the 16-bit head dims that are multiples of 64 and whose accumulators fit (d <= 128),
+# 64 query rows per warpgroup. d = 64: two warpgroups per block and two blocks per SM (within 128 registers), so
+# one block's start (Q load, first scores) overlaps the other's work; d = 128 needs more registers than that and
+# runs three warpgroups, one block per SM.
+_NV_MMA_HOPPER = _NV_MMA | rows(HALF, {
+    64: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True, min_blocks=2),
+    128: T(block_m=192, block_n=64, threads=384, warpgroup_mma=True),
+})
+# 64 KiB of LDS per CU: 8-wave workgroups within it keep two waves on each SIMD; the 16-bit d = 256 and float32
+# d = 96 / 128 tiles fit one 4-wave workgroup per CU (one wave per SIMD); float32 d = 256 has no matrix-unit tile
+# that fits and runs the simt kernel.
+_AMD_MFMA = rows(HALF, {
+    32: T(block_m=128, block_n=64, threads=512),
+    64: T(block_m=128, block_n=64, threads=512),
+    96: T(block_m=128, block_n=64, threads=512),
+    128: T(block_m=128, block_n=32, threads=512),
+    256: T(block_m=64, block_n=16, threads=256),
+}) | rows(("float32",), {
+    32: T(block_m=128, block_n=64, threads=512),
+    64: T(block_m=128, block_n=32, threads=512),
+    96: T(block_m=64, block_n=32, threads=256),
+    128: T(block_m=64, block_n=16, threads=256),
+})
+_AMD_MFMA_NO_BF16 = {key: tile for key, tile in _AMD_MFMA.items() if key[0] != "bfloat16"}  # gfx908: no bf16_1k
+
+MMA_TILES: dict[str, Rows] = {
+    "sm80": _NV_MMA,
+    "sm86": _NV_MMA_SMALL_SMEM,
+    "sm90": _NV_MMA_HOPPER,
+    "cdna1": _AMD_MFMA_NO_BF16,
+    "cdna2": _AMD_MFMA,
+    "cdna3": _AMD_MFMA,
+    "rdna3": {},
+}
+
+# simt kernel (float32 only).
+_NV_SIMT = rows(("float32",), {
+    32: T(block_m=64, block_n=64, threads=256),
+    64: T(block_m=64, block_n=64, threads=256),
+    96: T(block_m=64, block_n=32, threads=256),
+    128: T(block_m=64, block_n=64, threads=256),
+    256: T(block_m=64, block_n=64, threads=256),
+})
+_NV_SIMT_SMALL_SMEM = _NV_SIMT | rows(("float32",), {256: T(block_m=32, block_n=32, threads=128)})
+_AMD_SIMT = rows(("float32",), {
+    32: T(block_m=64, block_n=32, threads=512),
+    64: T(block_m=64, block_n=32, threads=512),
+    96: T(block_m=64, block_n=32, threads=512),
+    128: T(block_m=64, block_n=32, threads=512),
+    256: T(block_m=32, block_n=16, threads=512),
+})
+
+SIMT_TILES: dict[str, Rows] = {
+    "sm80": _NV_SIMT,
+    "sm86": _NV_SIMT_SMALL_SMEM,
+    "sm90": _NV_SIMT,
+    "cdna1": _AMD_SIMT,
+    "cdna2": _AMD_SIMT,
+    "cdna3": _AMD_SIMT,
+    "rdna3": _AMD_SIMT,
+}
+TABLES: dict[str, dict[str, Rows]] = {"mma": MMA_TILES, "simt": SIMT_TILES}
+
+# Short sequences (at most SHORT_SEQLEN query rows): matrix-unit rows that differ from MMA_TILES. With few key tiles
+# per block, a block's start is a larger share of its time and a tall tile's padding rows cost more. Hopper
+# d = 128: two warpgroups (128 rows) instead of three (192), and persistent blocks, which load the next item's Q
+# while finishing the current one.
+SHORT_SEQLEN = 1024
+MMA_TILES_SHORT: dict[str, Rows] = {
+    "sm90": rows(HALF, {128: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True, persistent=True)}),
+}
+
+FwdParams = struct_from_header("pa_fwd_params.cuh", "PaFwdParams")
+
+
+@dataclass(frozen=True)
+class FwdSpec(KernelSpec):
+    """A forward variant."""
+
+    KERNELS = {
+        "mma": ("flash_fwd_mma.cu", "pa_flash_fwd_mma"),
+        "simt": ("flash_fwd_simt.cu", "pa_flash_fwd_simt"),
+    }
+
+    def family_defines(self) -> dict[str, int]:
+        t = self.tile
+        if self.kernel == "simt":
+            return {"PA_ROW_LANES": t.row_lanes}
+        defines = {"PA_MIN_BLOCKS": t.min_blocks, "PA_PERSISTENT": int(t.persistent)}
+        if t.warpgroup_mma:
+            defines["PA_MMA_WGMMA"] = 1
+        return defines
+
+    @property
+    def smem_bytes(self) -> int:
+        """simt: Q tile, one K/V tile (padded rows) and the probability tile, float32. mma: Q tile, K tile and V tile
+        of the input type, rows padded by 16 bytes (warpgroup MMA: two K and two V tiles of unpadded swizzled rows,
+        plus slack to align the tiles to 1024 bytes)."""
+        t = self.tile
+        if self.kernel == "simt":
+            ld = self.head_dim + 4
+            return 4 * (t.block_m * ld + t.block_n * ld + t.block_m * (t.block_n + 4))
+        size = 4 if self.dtype == "float32" else 2
+        if t.warpgroup_mma:
+            return size * (t.block_m + 4 * t.block_n) * self.head_dim + 1024 - 16
+        return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)
+
+    def grid_blocks(self, work_items: int, multiprocessors: int) -> int:
+        """Blocks to launch for ``work_items`` tiles of query rows: one each, or for a persistent tile at most
+        ``min_blocks`` per multiprocessor."""
+        if self.tile.persistent:
+            return min(work_items, multiprocessors * self.tile.min_blocks)
+        return work_items
+
+
+def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
+           seqlen_q: int | None = None) -> FwdSpec:
+    """The forward variant for ``dtype`` and ``head_dim`` on ``target``: the matrix-unit kernel where the tables
+    have a row for it, else the simt kernel; ``kernel`` ("mma" or "simt") asks for one of them. ``seqlen_q`` (query
+    rows) picks the short-sequence row of MMA_TILES_SHORT where there is one."""
+    fam = target.family
+    if dtype not in DTYPES:
+        raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head dim {head_dim} is not supported; supported: {', '.join(map(str, HEAD_DIMS))}")
+    if kernel is not None and kernel not in FwdSpec.KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(FwdSpec.KERNELS)} or None, got {kernel!r}")
+    key = (dtype, head_dim)
+    chosen = kernel or next((k for k in ("mma", "simt") if key in TABLES[k][fam]), None)
+    if chosen is None or key not in TABLES[chosen][fam]:
+        which = f"{kernel} kernel" if kernel else "kernel"
+        raise NotImplementedError(f"{dtype} attention has no {which} for {target.tuning_arch} at head dim "
+                                  f"{head_dim} yet")
+    tile = TABLES[chosen][fam][key]
+    if chosen == "mma" and seqlen_q is not None and seqlen_q <= SHORT_SEQLEN:
+        tile = MMA_TILES_SHORT.get(fam, {}).get(key, tile)
+    spec = FwdSpec(chosen, dtype, head_dim, tile, target.lanes, target.emulated)
+    spec.check_fits(target)
+    return spec
+
+
+def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
+    """Whether the tables give ``target`` a forward kernel for ``dtype`` (a torch dtype or its name) and
+    ``head_dim``."""
+    try:
+        select(target, dtype_name(dtype), head_dim)
+    except (NotImplementedError, UnsupportedTargetError, ValueError):
+        return False
+    return True
+
+
+def shipped_variants(target: Target) -> list[FwdSpec]:
+    """Every forward variant portattn can use on ``target``: each table row of the matrix-unit and simt kernels,
+    then the short-sequence rows."""
+    fam = target.family
+    keys = [(dt, d) for dt in DTYPES for d in HEAD_DIMS]
+    specs = [select(target, dt, d, k) for k in ("mma", "simt") for dt, d in keys if (dt, d) in TABLES[k][fam]]
+    short = [select(target, dt, d, "mma", SHORT_SEQLEN) for dt, d in keys if (dt, d) in MMA_TILES_SHORT.get(fam, {})]
+    return specs + [s for s in short if s not in specs]
+
+
+def is_short_only(spec: KernelSpec, target: Target) -> bool:
+    """Whether ``spec`` is a short-sequence row that serves only sequences of at most SHORT_SEQLEN queries."""
+    if not isinstance(spec, FwdSpec):
+        return False
+    return spec.tile != TABLES[spec.kernel][target.family].get((spec.dtype, spec.head_dim))
+
+
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    """Element strides of dims 0..2; a size-1 dim gets stride 0 (it is never stepped)."""
+    return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
+
+
+def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
+        causal: bool, scale: float) -> None:
+    """Launch the forward on ``q``'s device and torch's current stream. Inputs are validated, non-empty, in a
+    layout the kernels read in place, and ``scale >= 0``."""
+    target = target_for(q.device)
+    hooks = OVERRIDES.get()
+    if hooks.target is not None:
+        if (hooks.target.vendor, hooks.target.arch) != (target.vendor, target.arch):
+            raise UnsupportedTargetError(f"target {hooks.target} cannot run on this device ({target})")
+        target = hooks.target
+    spec = select(target, dtype_name(q.dtype), q.shape[-1], hooks.kernel or os.environ.get(KERNEL_ENV) or None,
+                  q.shape[2])
+    if hooks.tweak is not None:
+        spec = hooks.tweak(spec)
+    fn = loader.kernel_function(spec, target, q.device.index)
+    batch, heads_q, seqlen_q, _ = q.shape
+    _, heads_kv, seqlen_k, _ = k.shape
+    num_m_blocks = -(-seqlen_q // spec.tile.block_m)
+    items = num_m_blocks * batch * heads_q
+    if items >= 2**31:
+        raise ValueError(f"problem too large: {items} blocks (batch * heads * query blocks must be < 2**31)")
+    p = FwdParams(
+        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(),
+        lse=lse.data_ptr() if lse is not None else None,
+        batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+        causal=int(causal), scale_log2=scale * 1.4426950408889634, num_m_blocks=num_m_blocks,
+    )
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
+        sb, sh, sn = _strides(t)
+        setattr(p, f"{name}_sb", sb)
+        setattr(p, f"{name}_sh", sh)
+        setattr(p, f"{name}_sn", sn)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    loader.launch(target, fn, spec.grid_blocks(items, target.multiprocessors), spec.tile.threads, spec.smem_bytes, p,
+                  stream)

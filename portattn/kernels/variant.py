@@ -1,0 +1,137 @@
+"""What every kernel family shares: tile configurations, the variant description, verification hooks.
+
+A family module (``forward.py``, ...) holds its tile tables (data keyed by arch family, dtype and head dim), a
+``KernelSpec`` subclass that knows its defines and shared memory, the variant choice (``select``) and its launch.
+"""
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Callable, ClassVar
+
+from ..errors import UnsupportedTargetError
+from ..runtime.target import Target
+
+HEAD_DIMS = (32, 64, 96, 128, 256)
+DTYPES = ("float32", "float16", "bfloat16")
+HALF = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TileConfig:
+    """One row of a tile table."""
+
+    block_m: int  # query rows per block (backward: per query tile)
+    block_n: int  # keys per streamed tile (backward: keys per block)
+    threads: int  # threads per block
+    row_lanes: int = 16  # simt kernels: lanes sharing one query row group (its max / sum reductions span them)
+    warpgroup_mma: bool = False  # Hopper warpgroup MMA (wgmma; PA_MMA_WGMMA)
+    min_blocks: int = 1  # blocks per SM / CU the compiler must fit registers for (PA_MIN_BLOCKS)
+    persistent: bool = False  # min_blocks blocks per SM / CU loop over the work items (PA_PERSISTENT)
+
+    @property
+    def options(self) -> list[str]:
+        """The options beyond the shape, e.g. ["wgmma", "2/SM"]."""
+        return (["wgmma"] * self.warpgroup_mma + [f"{self.min_blocks}/SM"] * (self.min_blocks > 1)
+                + ["persistent"] * self.persistent)
+
+
+Rows = dict[tuple[str, int], TileConfig]
+
+
+def rows(dtypes: tuple[str, ...], by_head_dim: dict[int, TileConfig]) -> Rows:
+    """Table rows: the same tile for each dtype, per head dim."""
+    return {(dt, d): tile for dt in dtypes for d, tile in by_head_dim.items()}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel variant of a family: what to compile and how to launch it. Families subclass it and provide
+    ``KERNELS`` (implementation -> (source file, entry point)), ``family_defines`` and ``smem_bytes``."""
+
+    kernel: str  # implementation: "mma" (matrix units) or "simt"
+    dtype: str
+    head_dim: int
+    tile: TileConfig
+    lanes: int
+    emulated: bool = False  # wave64 emulation on NVIDIA (verification mode)
+    test_defines: tuple[tuple[str, int], ...] = ()  # set only by portattn.testing
+
+    KERNELS: ClassVar[dict[str, tuple[str, str]]] = {}
+
+    @property
+    def filename(self) -> str:
+        return self.KERNELS[self.kernel][0]
+
+    @property
+    def function(self) -> str:
+        return self.KERNELS[self.kernel][1]
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory of one block (also passed to the kernel as PA_SMEM_BYTES and checked there)."""
+        raise NotImplementedError
+
+    def family_defines(self) -> dict[str, int]:
+        return {}
+
+    @property
+    def defines(self) -> dict[str, int]:
+        t = self.tile
+        defines = {
+            "PA_WARP_SIZE": self.lanes,
+            "PA_HEAD_DIM": self.head_dim,
+            "PA_BLOCK_M": t.block_m,
+            "PA_BLOCK_N": t.block_n,
+            "PA_THREADS": t.threads,
+            "PA_SMEM_BYTES": self.smem_bytes,
+        }
+        if self.emulated:
+            defines["PA_EMULATE_WAVE64"] = 1
+        if self.dtype == "bfloat16":
+            defines["PA_BF16"] = 1
+        if self.dtype == "float32" and self.kernel == "mma":
+            defines["PA_F32"] = 1
+        return defines | self.family_defines() | dict(self.test_defines)
+
+    @property
+    def ieee_infinities(self) -> bool:
+        """Whether infinite inputs give what IEEE arithmetic gives. Not for float32 on NVIDIA's matrix units:
+        3xTF32 splits x = inf into inf plus an inf - inf = NaN correction, so NaN appears where the exact result
+        is ±inf or finite."""
+        return not (self.kernel == "mma" and self.dtype == "float32" and self.lanes == 32)
+
+    @property
+    def label(self) -> str:
+        t = self.tile
+        lanes = f"{self.lanes}l" + ("-emulated" if self.emulated else "")
+        extra = [*t.options, *(f"{k}={v}" for k, v in self.test_defines)]
+        return f"{self.function}[d={self.head_dim},{t.block_m}x{t.block_n},{t.threads}t,{','.join([lanes, *extra])}]"
+
+    def check_fits(self, target: Target) -> None:
+        """Refuse a variant whose shared memory does not fit ``target`` (and, under emulation, the emulated arch)."""
+        limits = [target] + ([Target.for_arch(target.emulates)] if target.emulates else [])
+        for t in limits:
+            if self.smem_bytes > t.smem_per_block:
+                raise UnsupportedTargetError(
+                    f"{self.label} needs {self.smem_bytes} bytes of shared memory, {t.arch} allows {t.smem_per_block}"
+                )
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Verification hooks (portattn.testing): a forced target, a forced implementation ("mma" / "simt") and a
+    transformation of the selected variant."""
+
+    target: Target | None = None
+    kernel: str | None = None
+    tweak: Callable[[KernelSpec], KernelSpec] | None = None
+
+
+OVERRIDES: ContextVar[Overrides] = ContextVar("portattn_overrides", default=Overrides())
+KERNEL_ENV = "PORTATTN_KERNEL"
+
+
+def dtype_name(dtype: object) -> str:
+    """The tables' name of a dtype: "float16" for ``torch.float16`` (a name is returned as it is)."""
+    return str(dtype).removeprefix("torch.")

@@ -1,0 +1,119 @@
+"""Which calls portattn takes: one rule for ``portattn.attention``, ``scaled_dot_product_attention`` and the SDPA
+patch.
+
+Each check returns an :class:`Unsupported` (a short reason, which the SDPA patch counts, and the exception that the
+API raises) or None. The checks never touch the GPU.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+
+import torch
+
+from ..kernels.variant import HEAD_DIMS
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+NO_BACKWARD = ("portattn has no backward pass yet: inputs must not require grad "
+               "(use torch.no_grad() or detach them)")
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """Why a call is not taken: ``reason`` names the rule (the SDPA patch's fallback reason), ``error`` is what the
+    API raises."""
+
+    reason: str
+    error: Exception
+
+
+def _tensor_problem(name: str, t: object) -> Unsupported | None:
+    if not isinstance(t, torch.Tensor):
+        return Unsupported("ndim", TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}"))
+    if t.dim() != 4 or t.layout != torch.strided:
+        return Unsupported("ndim", ValueError(
+            f"{name} must be 4-D [batch, heads, seq_len, head_dim], got shape {tuple(t.shape)}"))
+    return None
+
+
+def qkv_problem(q: object, k: object, v: object, names: tuple[str, str, str] = ("q", "k", "v")) -> Unsupported | None:
+    """The rule for q, k and v (called ``names`` in the messages): 4-D strided tensors of one supported dtype on one
+    device, k and v of one shape, a supported head dim shared by all three, query heads a multiple of key/value
+    heads."""
+    qn, kn, vn = names
+    for name, t in zip(names, (q, k, v)):
+        problem = _tensor_problem(name, t)
+        if problem:
+            return problem
+    assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+    for name, t in ((kn, k), (vn, v)):
+        if t.dtype != q.dtype:
+            return Unsupported("dtype", TypeError(
+                f"{name} has dtype {t.dtype} but {qn} has {q.dtype}; {qn}, {kn} and {vn} must share a dtype"))
+    if q.dtype not in SUPPORTED_DTYPES:
+        return Unsupported("dtype", TypeError(
+            f"{qn} has dtype {q.dtype}; supported: torch.float32, torch.float16, torch.bfloat16"))
+    for name, t in ((kn, k), (vn, v)):
+        if t.shape[3] != q.shape[3]:
+            return Unsupported("head_dim", ValueError(f"{name} has head_dim {t.shape[3]} but {qn} has {q.shape[3]}"))
+    if q.shape[3] not in HEAD_DIMS:
+        return Unsupported("head_dim", ValueError(
+            f"{qn} has head_dim {q.shape[3]}; supported head dims: {', '.join(map(str, HEAD_DIMS))}"))
+    if k.shape != v.shape:
+        return Unsupported("shape", ValueError(
+            f"{kn} and {vn} must have the same shape, got {kn} {tuple(k.shape)} and {vn} {tuple(v.shape)}"))
+    if k.shape[0] != q.shape[0]:
+        return Unsupported("shape", ValueError(f"{kn} has batch size {k.shape[0]} but {qn} has {q.shape[0]}"))
+    hq, hk = q.shape[1], k.shape[1]
+    if hk == 0 and hq != 0 or hk != 0 and hq % hk != 0:
+        return Unsupported("gqa", ValueError(
+            f"{qn}'s heads ({hq}) must be a multiple of {kn}/{vn}'s heads ({hk}) for grouped-query attention"))
+    for name, t in ((kn, k), (vn, v)):
+        if t.device != q.device:
+            return Unsupported("device", ValueError(
+                f"{name} is on {t.device} but {qn} is on {q.device}; all inputs must be on one device"))
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return Unsupported("requires_grad", NotImplementedError(NO_BACKWARD))
+    return None
+
+
+def gpu_problem(q: torch.Tensor) -> Unsupported | None:
+    if q.device.type != "cuda":
+        return Unsupported("device", ValueError(
+            f"portattn runs on a GPU: q is on {q.device}, move q, k and v to a CUDA/ROCm device"))
+    return None
+
+
+def options_problem(causal: object, scale: object) -> Unsupported | None:
+    if not isinstance(causal, bool):
+        return Unsupported("arguments", TypeError(f"causal must be a bool, got {type(causal).__name__}"))
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale)):
+        return Unsupported("arguments", TypeError(f"scale must be a finite real number or None, got {scale!r}"))
+    return None
+
+
+def sdpa_problem(query: object, key: object, value: object, attn_mask: object, dropout_p: object, is_causal: object,
+                 scale: object, enable_gqa: object) -> Unsupported | None:
+    """The rule for a ``scaled_dot_product_attention`` call: the arguments SDPA takes, no mask, no dropout, the
+    q/k/v rule, and different head counts only with ``enable_gqa=True``."""
+    if not isinstance(enable_gqa, bool) or not isinstance(dropout_p, (int, float)):
+        return Unsupported("arguments", TypeError(
+            f"enable_gqa must be a bool and dropout_p a number, got {enable_gqa!r} and {dropout_p!r}"))
+    problem = options_problem(is_causal, scale)
+    if problem:
+        return problem
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        problem = _tensor_problem(name, t)
+        if problem:
+            return problem
+    if attn_mask is not None:
+        return Unsupported("attn_mask", NotImplementedError("attn_mask is not supported by portattn yet"))
+    if dropout_p != 0:
+        return Unsupported("dropout", NotImplementedError(
+            f"dropout_p={dropout_p} is not supported by portattn yet (only 0.0)"))
+    assert isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor)
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        return Unsupported("gqa", ValueError(f"query has {query.shape[1]} heads but key has {key.shape[1]}; "
+                                             "pass enable_gqa=True for grouped-query attention"))
+    return qkv_problem(query, key, value, ("query", "key", "value"))

@@ -1,0 +1,36 @@
+"""Loaded kernels, cached per (device, target, variant), and their launch on a stream.
+
+The first call for a variant compiles it (or reads it from the disk cache) and loads it on the device; later calls
+find the function handle in a dictionary, so the per-call path does no file reading, hashing or compiling.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any, Hashable
+
+from .backend import backend_for
+from .compiler import Buildable, compile_kernel
+from .target import Target
+
+_functions: dict[tuple[int, Target, Hashable], Any] = {}
+_lock = threading.Lock()
+
+
+def kernel_function(spec: Buildable, target: Target, device_index: int) -> Any:
+    """The loaded kernel of ``spec`` (a hashable variant description) on device ``device_index``."""
+    key = (device_index, target, spec)
+    fn = _functions.get(key)
+    if fn is None:
+        compiled = compile_kernel(spec, target)
+        fn = backend_for(target.vendor).load_function(compiled.binary, device_index, spec.function)
+        with _lock:
+            _functions[key] = fn
+    return fn
+
+
+def launch(target: Target, fn: Any, grid: int | tuple[int, int, int], threads: int, smem_bytes: int,
+           params: ctypes.Structure, stream_handle: int) -> None:
+    """Launch ``fn`` with ``threads`` threads per block and one by-value parameter struct."""
+    grid3 = (grid, 1, 1) if isinstance(grid, int) else grid
+    backend_for(target.vendor).launch(fn, grid3, (threads, 1, 1), smem_bytes, params, stream_handle)

@@ -1,0 +1,220 @@
+"""Command line: ``portattn [demo|report|bench|plot|info|warmup|cache clear]``."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..version import __version__
+
+if TYPE_CHECKING:
+    from ..runtime.compiler import CompiledKernel
+    from ..runtime.target import Target
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import bench_meta, format_table, run
+
+    if args.plot:
+        from .plot import require_matplotlib
+
+        try:
+            require_matplotlib()
+        except ImportError as exc:
+            print(f"portattn bench --plot: {exc}", file=sys.stderr)
+            return 2
+    rows = run(args.dtype, args.head_dim, args.seqlen, [c == "yes" for c in args.causal], args.json,
+               reps=args.reps, warmup=args.warmup)
+    print()
+    print(format_table(rows))
+    if args.plot:
+        from .plot import plot_rows
+
+        print(f"plot: {plot_rows(rows, args.plot, bench_meta())}")
+    return 0
+
+
+def _plot(json_path: str, out: str | None) -> int:
+    from .plot import load_rows, plot_rows
+
+    try:
+        rows, meta = load_rows(json_path)
+        path = plot_rows(rows, out or str(Path(json_path).with_suffix(".png")), meta)
+    except (ImportError, OSError, ValueError) as exc:
+        print(f"portattn plot: {exc}", file=sys.stderr)
+        return 2
+    print(f"plot: {path}")
+    return 0
+
+
+def _package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _compiler_version(vendor: str) -> str:
+    from ..errors import PortattnError
+    from ..runtime.backend import backend_for
+
+    if vendor == "hip":
+        from ..runtime.hiprtc import toolchain_missing
+
+        missing = toolchain_missing()
+        if missing:
+            return f"unavailable: {missing}"
+    try:
+        return backend_for(vendor).compiler.version()
+    except (PortattnError, ImportError, OSError) as exc:
+        return f"unavailable: {exc}"
+
+
+def _parse_targets(archs: list[str] | None) -> list[Target]:
+    """Targets for ``--arch`` values ("all": the report's archs), else those of the visible GPUs (none on a CPU
+    machine)."""
+    import torch
+
+    from ..runtime.target import Target
+    from .report import REPORT_ARCHS
+
+    if archs:
+        names = [a for arch in archs for a in (REPORT_ARCHS if arch == "all" else (arch,))]
+        return [Target.for_arch(a) for a in dict.fromkeys(names)]
+    if not torch.cuda.is_available():
+        return []
+    from ..runtime.target import target_for
+
+    return list(dict.fromkeys(target_for(torch.device("cuda", i)) for i in range(torch.cuda.device_count())))
+
+
+def _info(archs: list[str] | None) -> int:
+    import torch
+
+    from ..errors import PortattnError
+    from ..kernels.forward import SHORT_SEQLEN, select
+    from ..kernels.variant import DTYPES, HEAD_DIMS
+    from ..runtime.cache import DiskCache
+    from ..runtime.target import LANES_ENV
+
+    if torch.version.hip:
+        runtime = f"HIP {torch.version.hip}"
+    else:
+        runtime = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU only"
+    print(f"portattn {__version__}, torch {torch.__version__} ({runtime})")
+    print(f"cuda-bindings {_package_version('cuda-bindings')}, NVRTC {_compiler_version('cuda')}")
+    print(f"hip-python {_package_version('hip-python')}, hiprtc {_compiler_version('hip')}")
+    cache = DiskCache()
+    print(f"cache: {cache.directory} ({len(cache.entries())} entries, {cache.size_bytes()} bytes)")
+    if os.environ.get(LANES_ENV):
+        print(f"{LANES_ENV}={os.environ[LANES_ENV]}")
+    try:
+        targets = _parse_targets(archs)
+    except PortattnError as exc:
+        print(f"portattn info: {exc}", file=sys.stderr)
+        return 2
+    if not targets:
+        print("target: no GPU (portattn info --arch sm_90 shows the kernel choices for a named arch)")
+        return 0
+    if not archs:
+        names = (torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        print(f"GPU: {', '.join(dict.fromkeys(names))}")
+    for target in targets:
+        print(f"target: {target}")
+        print(f"  lanes: {target.lanes}")
+        for dtype in DTYPES:
+            for d in HEAD_DIMS:
+                try:
+                    choice = select(target, dtype, d).label
+                    short = select(target, dtype, d, seqlen_q=SHORT_SEQLEN).label
+                except (PortattnError, NotImplementedError, ValueError) as exc:
+                    choice = short = f"unsupported ({exc})"
+                print(f"  {dtype} d={d}: {choice}")
+                if short != choice:
+                    print(f"  {dtype} d={d}, at most {SHORT_SEQLEN} queries: {short}")
+    return 0
+
+
+def _warmup(archs: list[str] | None) -> int:
+    from ..errors import PortattnError
+    from ..runtime.cache import DiskCache
+    from .report import report_rows
+
+    try:
+        targets = _parse_targets(archs)
+    except PortattnError as exc:
+        print(f"portattn warmup: {exc}", file=sys.stderr)
+        return 2
+    if not targets:
+        print("portattn warmup: no GPU found; name the archs to compile for, e.g. --arch sm_90", file=sys.stderr)
+        return 2
+    cache = DiskCache()
+    print(f"compiling into {cache.directory}", flush=True)
+    status = 0
+    for target in targets:
+        def progress(n: int, total: int, kernel: CompiledKernel, seconds: float) -> None:
+            how = "read from the cache" if kernel.from_disk else "compiled"
+            print(f"[{n}/{total}] {target.arch} {kernel.spec.label}: {how} in {seconds:.1f} s", flush=True)
+
+        try:
+            report_rows(target, cache, progress)
+        except (PortattnError, ImportError, OSError) as exc:
+            print(f"{target.arch}: skipped: {exc}", flush=True)
+            status = 1
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="portattn", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd")
+    sub.add_parser("demo", help="check and time attention on the GPU; without one, print the resource report")
+    rep = sub.add_parser("report", help="compile every kernel variant and print resources (no GPU needed)")
+    rep.add_argument("--arch", default="all", help="sm_80, sm_90, gfx90a or all")
+    b = sub.add_parser("bench", help="portattn vs PyTorch SDPA backends")
+    b.add_argument("--dtype", nargs="+", default=["float32"])
+    b.add_argument("--head-dim", nargs="+", type=int, default=[64, 128])
+    b.add_argument("--seqlen", nargs="+", type=int, default=[4096])
+    b.add_argument("--causal", nargs="+", choices=["no", "yes"], default=["no", "yes"])
+    b.add_argument("--reps", type=int, default=30)
+    b.add_argument("--warmup", type=int, default=5)
+    b.add_argument("--json", default="portattn-bench.json")
+    b.add_argument("--plot", metavar="PATH.png", help="also plot TFLOP/s vs sequence length (needs matplotlib)")
+    p = sub.add_parser("plot", help="plot a bench JSON file (no GPU needed; needs matplotlib)")
+    p.add_argument("json", help="file written by portattn bench --json")
+    p.add_argument("-o", "--output", help="image path (default: the JSON path with .png)")
+    info = sub.add_parser("info", help="versions, cache, detected target and kernel choices")
+    info.add_argument("--arch", nargs="+", help="show the kernel choices for these archs instead of the GPU's")
+    warm = sub.add_parser("warmup", help="compile every kernel variant into the disk cache")
+    warm.add_argument("--arch", nargs="+", help="archs to compile for (sm_80, sm_90, gfx90a, ..., all); "
+                                                "default: the GPUs of this machine")
+    cache = sub.add_parser("cache", help="manage the kernel cache")
+    cache.add_argument("action", choices=["clear"])
+    args = parser.parse_args(argv)
+    if args.cmd in (None, "demo"):
+        from .demo import demo
+
+        return demo()
+    if args.cmd == "report":
+        from .report import REPORT_ARCHS, print_report
+
+        return print_report(list(REPORT_ARCHS) if args.arch == "all" else [args.arch])
+    if args.cmd == "bench":
+        return _bench(args)
+    if args.cmd == "plot":
+        return _plot(args.json, args.output)
+    if args.cmd == "info":
+        return _info(args.arch)
+    if args.cmd == "warmup":
+        return _warmup(args.arch)
+    from ..runtime.cache import DiskCache
+
+    cache = DiskCache()
+    print(f"removed {cache.clear()} cache entries from {cache.directory}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Resource report: every shipped kernel variant compiled for a target arch, with its resources and occupancy.
+
+Works without a GPU: it only compiles.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import PortattnError
+from ..kernels import forward, shipped_variants
+from ..kernels.variant import KernelSpec
+from ..runtime.cache import DiskCache
+from ..runtime.compiler import CompiledKernel, compile_kernel
+from ..runtime.resources import Resources, occupancy
+from ..runtime.target import Target
+
+REPORT_ARCHS = ("sm_80", "sm_90", "gfx90a")
+
+
+@dataclass
+class ReportRow:
+    arch: str
+    spec: KernelSpec
+    resources: Resources
+    occupancy: str
+    note: str = ""  # e.g. the variant serves short sequences only
+
+
+def report_rows(target: Target, cache: DiskCache | None = None,
+                progress: Callable[[int, int, CompiledKernel, float], None] | None = None) -> list[ReportRow]:
+    """Compile (or read from the cache) every shipped variant of every family for ``target``.
+    ``progress(n, total, kernel, seconds)`` is called after each variant, ``n`` counting from 1."""
+    rows = []
+    specs = shipped_variants(target)
+    for n, spec in enumerate(specs, 1):
+        start = time.perf_counter()
+        kernel = compile_kernel(spec, target, cache)
+        if progress is not None:
+            progress(n, len(specs), kernel, time.perf_counter() - start)
+        res = kernel.resources
+        note = f"at most {forward.SHORT_SEQLEN} queries" if forward.is_short_only(spec, target) else ""
+        rows.append(ReportRow(target.arch, spec, res, occupancy(res, spec.tile.threads, spec.smem_bytes, target),
+                              note))
+    return rows
+
+
+def format_rows(rows: list[ReportRow]) -> str:
+    head = ["arch", "kernel", "dtype", "d", "tile", "threads", "regs (VGPR+AGPR)", "smem/LDS bytes", "spill", "scratch",
+            "occupancy"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        regs = str(r.resources.registers) + (f" ({r.resources.agprs} AGPR)" if r.resources.agprs else "")
+        tile = ", ".join([f"{r.spec.tile.block_m}x{r.spec.tile.block_n}", *r.spec.tile.options])
+        tile += f" ({r.note})" * bool(r.note)
+        cells = [r.arch, r.spec.function, r.spec.dtype, str(r.spec.head_dim), tile,
+                 str(r.spec.tile.threads), regs, str(r.resources.static_smem + r.spec.smem_bytes),
+                 str(r.resources.spill_bytes), str(r.resources.scratch_bytes), r.occupancy]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def print_report(archs: list[str]) -> int:
+    """Print the report of each arch; returns 1 when one could not be made (its error is printed), else 0."""
+    status = 0
+    for arch in archs:
+        print(f"\n## {arch}", flush=True)
+        try:
+            print(format_rows(report_rows(Target.for_arch(arch))), flush=True)
+        except (PortattnError, ImportError, OSError) as exc:
+            print(f"skipped: {exc}")
+            status = 1
+    return status

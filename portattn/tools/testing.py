@@ -1,0 +1,53 @@
+"""Verification hooks: run the kernels for a chosen target, a chosen kernel, or a modified kernel variant.
+
+For tests and kernel authors, not for production use. The hooks apply to the calls made inside the ``with``
+block, in the current thread or task only, and nest.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Callable, Iterator
+
+from ..kernels.forward import FwdSpec
+from ..kernels.variant import OVERRIDES, KernelSpec
+from ..runtime.target import Target
+
+KERNELS = tuple(FwdSpec.KERNELS)  # the implementations every family has: "mma" and "simt"
+
+
+@contextmanager
+def _overriding(**fields: object) -> Iterator[None]:
+    token = OVERRIDES.set(replace(OVERRIDES.get(), **fields))
+    try:
+        yield
+    finally:
+        OVERRIDES.reset(token)
+
+
+@contextmanager
+def use_target(target: Target) -> Iterator[Target]:
+    """Run attention calls for ``target`` (one of ``portattn.available_targets()``), e.g. the wave64 emulation,
+    instead of the device's default target."""
+    if not isinstance(target, Target):
+        raise TypeError(f"target must be a portattn Target, got {type(target).__name__}")
+    with _overriding(target=target):
+        yield target
+
+
+@contextmanager
+def use_kernel(kernel: str) -> Iterator[str]:
+    """Run attention calls on ``kernel``: "mma" (matrix units) or "simt" (float32 only), like the
+    ``PORTATTN_KERNEL`` environment variable."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    with _overriding(kernel=kernel):
+        yield kernel
+
+
+@contextmanager
+def tweak_variant(tweak: Callable[[KernelSpec], KernelSpec]) -> Iterator[None]:
+    """Replace the selected kernel variant by ``tweak(variant)``: other tile shapes, or test-only defines such
+    as the planted wave32 bug of the sensitivity test."""
+    with _overriding(tweak=tweak):
+        yield

@@ -1,0 +1,81 @@
+// portattn matrix units, NVIDIA float32 as 3xTF32 on mma.sync m16n8k8 (32-lane warps; the C layout and ldmatrix
+// come from pa_mma_sync.cuh). Included by pa_mma.cuh only.
+#pragma once
+
+#if defined(PA_VENDOR_CUDA)
+// ---- NVIDIA float32: 3xTF32 on mma.sync m16n8k8 ------------------------------------------------------------------
+// Each float x is split into big = tf32(x) and small = tf32(x - big); a product is small*big + big*small + big*big
+// (small*small is below float32 rounding). Fragments (g = lane / 4, t = lane % 4):
+//   A 16x8: (g, t), (g+8, t), (g, t+4), (g+8, t+4)    B 8x8 (k x n): (k t, n g), (k t+4, n g)
+// For P·V the key order inside a k8 step is permuted: k = t holds key 2t and k = t + 4 key 2t + 1, so that the
+// score C fragment is the A fragment as it stands; the V fragments are loaded with the same permutation.
+#define PA_MMA_K 8
+#define PA_MMA_ACC_TRUNCATES 1  // sum P·V tiles outside the unit: its float accumulation truncates
+struct pa_mma_a {
+    unsigned big[4], small[4];
+};
+struct pa_mma_b {  // two n tiles: registers 0..1 for n 0..7, 2..3 for n 8..15
+    unsigned big[4], small[4];
+};
+
+PA_DEVICE unsigned pa_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+PA_DEVICE void pa_tf32_split(float x, unsigned& big, unsigned& small) {
+    big = pa_tf32(x);
+    const float rest = x - __uint_as_float(big);
+    small = pa_tf32(rest == rest ? rest : 0.f);  // x = ±inf: inf - inf would turn the product into NaN
+}
+template <class F>
+PA_DEVICE void pa_mma_split4(F& f, const unsigned (&raw)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pa_tf32_split(__uint_as_float(raw[i]), f.big[i], f.small[i]);
+}
+
+// ldmatrix moves 16-bit pairs, i.e. whole floats: an 8x8 b16 matrix is 8 rows of 4 floats, lane l getting float
+// l % 4 of row l / 4.
+PA_DEVICE void pa_mma_load_a(pa_mma_a& a, const float* tile, int ld) {
+    const int lane = pa_lane_id();
+    unsigned raw[4];
+    pa_ldmatrix_x4(raw, tile + (lane % 16) * ld + (lane / 16) * 4);
+    pa_mma_split4(a, raw);
+}
+PA_DEVICE void pa_mma_load_b_nk(pa_mma_b& b, const float* tile, int ld) {
+    const int lane = pa_lane_id();
+    unsigned raw[4];
+    pa_ldmatrix_x4(raw, tile + (lane % 8 + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 4);
+    pa_mma_split4(b, raw);
+}
+PA_DEVICE void pa_mma_load_b_kn(pa_mma_b& b, const float* tile, int ld) {
+    const int g = pa_lane_id() / 4, t = pa_lane_id() % 4;
+    unsigned raw[4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+        raw[2 * n] = __float_as_uint(tile[(2 * t) * ld + 8 * n + g]);
+        raw[2 * n + 1] = __float_as_uint(tile[(2 * t + 1) * ld + 8 * n + g]);
+    }
+    pa_mma_split4(b, raw);
+}
+
+PA_DEVICE void pa_mma_tf32(pa_mma_c& c, const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+PA_DEVICE void pa_mma(pa_mma_c& c, const pa_mma_a& a, const pa_mma_b& b, int t) {
+    pa_mma_tf32(c, a.small, b.big[2 * t], b.big[2 * t + 1]);
+    pa_mma_tf32(c, a.big, b.small[2 * t], b.small[2 * t + 1]);
+    pa_mma_tf32(c, a.big, b.big[2 * t], b.big[2 * t + 1]);
+}
+
+PA_DEVICE void pa_mma_a_from_c(pa_mma_a& a, const pa_mma_c* tiles, int k0) {
+    const pa_mma_c& c = tiles[k0 / PA_MMA_N];
+    const unsigned raw[4] = {__float_as_uint(c[0]), __float_as_uint(c[2]), __float_as_uint(c[1]),
+                             __float_as_uint(c[3])};
+    pa_mma_split4(a, raw);
+}
+#endif  // PA_VENDOR_CUDA

@@ -1,0 +1,125 @@
+// portattn online softmax on matrix-unit score fragments (base 2), shared by the matrix-unit kernel families.
+//
+// A wave holds MT row tiles of scores, SN C fragments per row tile (pa_mma.cuh layout). The scale (>= 0, the host
+// makes it so) is folded into the exponent's multiply-add.
+//   PaSoftmax<MT>                               running maxima (log2 units), partial sums, rescale factors per row
+//   pa_softmax_init(sm)
+//   pa_softmax_tile(s, sm, mask, scale_log2, row0, n0)
+//                                               scores of keys n0 .. into probabilities; moves the maxima and
+//                                               sums; returns whether any output row needs rescaling
+//   pa_softmax_rescale(acc, sm)                 applies the rescale factors to the output fragments
+//   pa_softmax_store(acc, sm, o, o_stride, row0, seqlen_q, lse)
+//                                               normalises and stores this wave's output rows (and their LSE)
+#pragma once
+
+#include "pa_mask.cuh"
+#include "pa_tile.cuh"
+
+// The running maximum moves only when a score exceeds it by more than this (log2 units): until then the
+// probabilities stay below 2^8 (fine for float16 operands) and the output and sums need no rescaling.
+#define PA_SOFTMAX_RESCALE_SLACK 8.f
+
+template <int MT>
+struct PaSoftmax {
+    float row_max[MT][PA_MMA_C_ROWS];  // running maximum of the scaled scores (log2 units)
+    float row_sum[MT][PA_MMA_C_ROWS];  // this lane's partial sums over its score columns
+    float rescale[MT][PA_MMA_C_ROWS];  // factor for the output rows after the last tile (1 when the maximum held)
+};
+
+template <int MT>
+PA_DEVICE void pa_softmax_init(PaSoftmax<MT>& sm) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
+            sm.row_max[mt][r] = pa_neg_inf();
+            sm.row_sum[mt][r] = 0.f;
+        }
+}
+
+// MASKED: the tile holds keys some rows do not see, which score -inf.
+template <bool MASKED, int MT, int SN>
+PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const PaMask& mask, float scale_log2,
+                                      int row0, int n0) {
+    bool any_rescale = false;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
+            int key_end = 0;  // keys visible to the row end here
+            if (MASKED) key_end = pa_mask_key_end(mask, row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r));
+            float raw_max = pa_neg_inf();
+#pragma unroll
+            for (int j = 0; j < SN; ++j)
+#pragma unroll
+                for (int e = 0; e < PA_MMA_C_COLS; ++e) {
+                    if (MASKED && n0 + j * PA_MMA_N + pa_mma_c_col(e) >= key_end)
+                        s[mt][j][r * PA_MMA_C_COLS + e] = pa_neg_inf();
+                    raw_max = fmaxf(raw_max, s[mt][j][r * PA_MMA_C_COLS + e]);
+                }
+            raw_max = pa_group_max<PA_MMA_ROW_LANES>(raw_max);
+            const float tile_max = raw_max == pa_neg_inf() ? raw_max : raw_max * scale_log2;
+            float& m = sm.row_max[mt][r];
+            sm.rescale[mt][r] = 1.f;
+            if (tile_max > m + PA_SOFTMAX_RESCALE_SLACK) {
+                sm.rescale[mt][r] = pa_exp2(m - tile_max);
+                sm.row_sum[mt][r] *= sm.rescale[mt][r];
+                m = tile_max;
+                any_rescale = true;
+            }
+            const float base = m == pa_neg_inf() ? 0.f : m;  // all masked so far
+            float part = 0.f;
+#pragma unroll
+            for (int j = 0; j < SN; ++j)
+#pragma unroll
+                for (int e = 0; e < PA_MMA_C_COLS; ++e) {
+                    const float x = s[mt][j][r * PA_MMA_C_COLS + e];
+                    const float prob = MASKED && x == pa_neg_inf() ? 0.f : pa_exp2(fmaf(x, scale_log2, -base));
+                    s[mt][j][r * PA_MMA_C_COLS + e] = prob;
+                    part += prob;
+                }
+            sm.row_sum[mt][r] += part;
+        }
+    }
+    return any_rescale;
+}
+
+// Scores of the key tile n0 .. n0 + SN * PA_MMA_N - 1 into probabilities; per-element masking only where the tile
+// needs it.
+template <int MT, int SN>
+PA_DEVICE bool pa_softmax_tile(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const PaMask& mask, float scale_log2, int row0,
+                               int n0) {
+    return pa_mask_tile_partial(mask, row0, n0, SN * PA_MMA_N)
+               ? pa_softmax_tile_masked<true>(s, sm, mask, scale_log2, row0, n0)
+               : pa_softmax_tile_masked<false>(s, sm, mask, scale_log2, row0, n0);
+}
+
+template <int MT, int ON>
+PA_DEVICE void pa_softmax_rescale(pa_mma_c (&acc)[MT][ON], const PaSoftmax<MT>& sm) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < PA_MMA_C_ROWS; ++r)
+#pragma unroll
+            for (int j = 0; j < ON; ++j)
+#pragma unroll
+                for (int e = 0; e < PA_MMA_C_COLS; ++e) acc[mt][j][r * PA_MMA_C_COLS + e] *= sm.rescale[mt][r];
+}
+
+// Normalise and store this wave's output rows of the block starting at row0 (rows at or past seqlen_q are skipped);
+// `lse` (null: not wanted) receives each row's natural-log LSE at lse[row].
+template <int MT, int ON>
+PA_DEVICE void pa_softmax_store(const pa_mma_c (&acc)[MT][ON], const PaSoftmax<MT>& sm, pa_elem* o, pa_i64 o_stride,
+                                int row0, int seqlen_q, float* lse) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
+            const int row = row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r);
+            const float total = pa_group_sum<PA_MMA_ROW_LANES>(sm.row_sum[mt][r]);
+            if (row >= seqlen_q) continue;
+            pa_tile_store_row(o + (pa_i64)row * o_stride, acc[mt], r, 1.f / total);
+            if (lse != nullptr && pa_mma_c_col(0) == 0) lse[row] = pa_row_lse(sm.row_max[mt][r], total);
+        }
+    }
+}

@@ -1,0 +1,262 @@
+// portattn tile level of the matrix-unit kernels: shared tiles, their loads, and the tile products.
+//
+// A shared tile holds ROWS rows of PA_HEAD_DIM elements; pa_tile_offset<ROWS>(r, c) is the element offset of (r, c)
+// for c a multiple of PA_TILE_CHUNK, and each chunk of PA_TILE_CHUNK elements (16 bytes) is contiguous. With the
+// warpgroup MMA tiles use its 128-byte swizzled layout (above) and start 1024-byte aligned; otherwise rows are
+// padded by 16 bytes, which keeps the fragment loads free of bank conflicts.
+//
+// A block's waves split its PA_BLOCK_M query rows into PA_MMA_M-row tiles, MT per wave; pa_wave_row<MT>(mt) is the
+// first block row of this wave's tile mt (warpgroup MMA: the four warps of a group share each 64-row tile).
+//   pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s)   s = Q K^T: this wave's rows of the BM-row tile q_s against the BN keys
+//                                              of k_s (SN = BN / PA_MMA_N score fragments per row tile)
+//   pa_tile_pv<MT, ON, BN>(acc, p, v_s)        acc += P V: the probabilities p (score fragments) against the BN
+//                                              rows of v_s (ON = PA_HEAD_DIM / PA_MMA_N output fragments)
+// These complete before they return (PA_TILE_ASYNC = 0). With the warpgroup MMA (PA_TILE_ASYNC = 1) the products
+// are asynchronous instead: pa_tile_qk_start, pa_tile_pv_start (P as A fragments, from pa_tile_to_a) and the
+// waits pa_tile_wait_scores<PENDING> / pa_tile_wait_all. PA_TILE_STAGES is the number of K and V buffers, and
+// pa_tile_base gives the first tile in dynamic shared memory; pa_tile_store_row writes one output row.
+// PaTileLoader<ROWS> copies ROWS x PA_HEAD_DIM tiles from global memory into that layout.
+#pragma once
+
+#include "pa_mma.cuh"
+
+#if !defined(PA_HEAD_DIM) || !defined(PA_THREADS)
+#error "PA_HEAD_DIM and PA_THREADS must be defined by the host"
+#endif
+constexpr int PA_TILE_CHUNK = 16 / (int)sizeof(pa_elem);
+
+// The probabilities (score fragments) as A fragments of P V.
+template <int MT, int SN, int KT>
+PA_DEVICE void pa_tile_to_a(pa_mma_a (&a)[MT][KT], const pa_mma_c (&p)[MT][SN]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < KT; ++kk) pa_mma_a_from_c(a[mt][kk], p[mt], kk * PA_MMA_K);
+}
+
+#if PA_MMA_WGMMA
+static_assert(PA_HEAD_DIM % 64 == 0, "the warpgroup MMA tiles need a head dim that is a multiple of 64");
+#if defined(PA_BLOCK_N)
+static_assert(PA_BLOCK_N == 64, "the warpgroup MMA score tiles are 64 keys wide");
+#endif
+#if defined(PA_THREADS)
+static_assert(PA_THREADS % 128 == 0, "the warpgroup MMA needs whole warpgroups (128 threads)");
+#endif
+#define PA_TILE_ASYNC 1   // tile products: start / wait (below)
+#define PA_TILE_STAGES 2  // K and V buffers
+// The first tile: dynamic shared memory rounded up to 1024 bytes (the host adds 1024 - 16 bytes for it).
+PA_DEVICE pa_elem* pa_tile_base(void* smem) {
+    const unsigned pad = (1024 - pa_smem_addr(smem) % 1024) % 1024;
+    return reinterpret_cast<pa_elem*>(static_cast<char*>(smem) + pad);
+}
+template <int ROWS>
+__device__ constexpr int pa_tile_elems() {
+    return ROWS * PA_HEAD_DIM;
+}
+template <int ROWS>
+PA_DEVICE int pa_tile_offset(int r, int c) {
+    return (c / 64) * ROWS * 64 + r * 64 + ((((c % 64) / 8) ^ (r % 8)) * 8);
+}
+// Operand start of rows r.. and columns c.. (r a multiple of 8, c of 16): the unit applies the swizzle itself.
+template <int ROWS>
+PA_DEVICE const pa_elem* pa_tile_operand(const pa_elem* tile, int r, int c) {
+    return tile + (c / 64) * ROWS * 64 + r * 64 + c % 64;
+}
+template <int MT>
+PA_DEVICE int pa_wave_row(int mt) {
+    return (pa_wave_id() / 4) * MT * 64 + mt * 64 + (pa_wave_id() % 4) * PA_MMA_M;
+}
+
+// The tile products are asynchronous: *_start issues them and returns, the waits below complete them. Q K^T
+// writes the scores and P V the output accumulators behind the compiler's back: neither may be touched between a
+// start and its wait, and the A fragments of P V must stay unchanged until it completes. Q K^T overwrites s.
+template <int MT, int SN, int BM, int BN>
+PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
+    pa_wgmma_fence();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        const int row = pa_wave_row<MT>(mt) - (pa_wave_id() % 4) * PA_MMA_M;  // the group's 64-row tile
+#pragma unroll
+        for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += 16)
+            pa_wgmma_ss_n64(&s[mt][0][0], pa_wgmma_desc(pa_tile_operand<BM>(q_s, row, k0), 16),
+                            pa_wgmma_desc(pa_tile_operand<BN>(k_s, 0, k0), 16), k0 > 0);
+    }
+    pa_wgmma_commit();
+}
+template <int MT, int ON, int BN>
+PA_DEVICE void pa_tile_pv_start(pa_mma_c (&acc)[MT][ON], const pa_mma_a (&a)[MT][BN / PA_MMA_K], const pa_elem* v_s) {
+    pa_wgmma_fence();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < BN / PA_MMA_K; ++kk)
+            pa_wgmma_rs<PA_HEAD_DIM>(&acc[mt][0][0], a[mt][kk],
+                                     pa_wgmma_desc(pa_tile_operand<BN>(v_s, kk * PA_MMA_K, 0), BN * 128));
+    pa_wgmma_commit();
+}
+// Wait for the scores: Q K^T started before the last PENDING products (which may go on).
+template <int PENDING, int MT, int SN>
+PA_DEVICE void pa_tile_wait_scores(pa_mma_c (&s)[MT][SN]) {
+    pa_wgmma_wait<PENDING>();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) pa_wgmma_settle<SN * 4>(&s[mt][0][0]);
+}
+// Wait for everything started.
+template <int MT, int ON>
+PA_DEVICE void pa_tile_wait_all(pa_mma_c (&acc)[MT][ON]) {
+    pa_wgmma_wait<0>();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) pa_wgmma_settle<ON * 4>(&acc[mt][0][0]);
+}
+#else
+#define PA_TILE_ASYNC 0   // tile products complete before they return
+#define PA_TILE_STAGES 1  // K and V buffers
+PA_DEVICE pa_elem* pa_tile_base(void* smem) { return static_cast<pa_elem*>(smem); }
+constexpr int PA_TILE_LD = PA_HEAD_DIM + PA_TILE_CHUNK;  // padded row (elements)
+template <int ROWS>
+__device__ constexpr int pa_tile_elems() {
+    return ROWS * PA_TILE_LD;
+}
+template <int ROWS>
+PA_DEVICE int pa_tile_offset(int r, int c) {
+    return r * PA_TILE_LD + c;
+}
+template <int MT>
+PA_DEVICE int pa_wave_row(int mt) {
+    return (pa_wave_id() * MT + mt) * PA_MMA_M;
+}
+
+template <int MT, int SN, int BM, int BN>
+PA_DEVICE void pa_tile_qk(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < SN; ++j)
+#pragma unroll
+            for (int i = 0; i < PA_MMA_C_REGS; ++i) s[mt][j][i] = 0.f;
+#pragma unroll 2  // unrolling all of the head dim lets the fragment loads run ahead and spill
+    for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += PA_MMA_K) {
+        pa_mma_a a[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            pa_mma_load_a(a[mt], q_s + pa_tile_offset<BM>(pa_wave_row<MT>(mt), k0), PA_TILE_LD);
+#pragma unroll
+        for (int j = 0; j < SN; j += PA_MMA_B_TILES) {
+            pa_mma_b kb;
+            pa_mma_load_b_nk(kb, k_s + pa_tile_offset<BN>(j * PA_MMA_N, k0), PA_TILE_LD);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(s[mt][j + t], a[mt], kb, t);
+        }
+    }
+}
+
+template <int MT, int ON, int BN, int SN>
+PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], const pa_elem* v_s) {
+    if constexpr (PA_MMA_ACC_TRUNCATES) {
+        // The unit's float accumulation truncates: each tile's P V is summed in fresh fragments and added to the
+        // running output with ordinary (round-to-nearest) float additions, so the rounding error does not grow
+        // with the number of keys.
+        pa_mma_a a[MT][BN / PA_MMA_K];
+        pa_tile_to_a(a, p);
+#pragma unroll
+        for (int j = 0; j < ON; j += PA_MMA_B_TILES) {
+            pa_mma_c part[MT][PA_MMA_B_TILES];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int t = 0; t < PA_MMA_B_TILES; ++t)
+#pragma unroll
+                    for (int i = 0; i < PA_MMA_C_REGS; ++i) part[mt][t][i] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < BN / PA_MMA_K; ++kk) {
+                pa_mma_b vb;
+                pa_mma_load_b_kn(vb, v_s + pa_tile_offset<BN>(kk * PA_MMA_K, j * PA_MMA_N), PA_TILE_LD);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(part[mt][t], a[mt][kk], vb, t);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int t = 0; t < PA_MMA_B_TILES; ++t)
+#pragma unroll
+                    for (int i = 0; i < PA_MMA_C_REGS; ++i) acc[mt][j + t][i] += part[mt][t][i];
+        }
+    } else {
+#pragma unroll
+        for (int k0 = 0; k0 < BN; k0 += PA_MMA_K) {
+            pa_mma_a a[MT];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) pa_mma_a_from_c(a[mt], p[mt], k0);
+#pragma unroll
+            for (int j = 0; j < ON; j += PA_MMA_B_TILES) {
+                pa_mma_b vb;
+                pa_mma_load_b_kn(vb, v_s + pa_tile_offset<BN>(k0, j * PA_MMA_N), PA_TILE_LD);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(acc[mt][j + t], a[mt], vb, t);
+            }
+        }
+    }
+}
+#endif  // PA_MMA_WGMMA
+
+// Store row rr of this lane's output fragments c (columns of fragment j start at j * PA_MMA_N), times `scale`.
+template <int ON>
+PA_DEVICE void pa_tile_store_row(pa_elem* row, const pa_mma_c (&c)[ON], int rr, float scale) {
+    const int i = rr * PA_MMA_C_COLS;
+#pragma unroll
+    for (int j = 0; j < ON; ++j) {
+        if constexpr (PA_MMA_C_COLS == 2) {  // two adjacent columns: one paired store
+            pa_store_elem2(row + j * PA_MMA_N + pa_mma_c_col(0), c[j][i] * scale, c[j][i + 1] * scale);
+        } else {
+#pragma unroll
+            for (int e = 0; e < PA_MMA_C_COLS; ++e)
+                pa_store_elem(row + j * PA_MMA_N + pa_mma_c_col(e), c[j][i + e] * scale);
+        }
+    }
+}
+
+// Copies of ROWS x PA_HEAD_DIM tiles into shared memory, 16 bytes per copy, spread over the block's PA_THREADS threads.
+// With few copies per thread their offsets are computed once and kept (each tile then costs a few instructions per
+// copy); with many they are recomputed, which saves the registers.
+template <int ROWS>
+struct PaTileLoader {
+    static constexpr int CHUNKS = PA_HEAD_DIM / PA_TILE_CHUNK;  // 16-byte chunks per row
+    static constexpr int TOTAL = ROWS * CHUNKS;
+    static constexpr int COPIES = (TOTAL + PA_THREADS - 1) / PA_THREADS;  // per thread (the last round may be partial)
+    static constexpr bool KEEP = COPIES <= 4;
+    static constexpr int KEPT = KEEP ? COPIES : 1;
+    int smem[KEPT], row[KEPT], col[KEPT];
+
+    PA_DEVICE PaTileLoader() {
+#pragma unroll
+        for (int i = 0; i < KEPT; ++i) {
+            const int idx = (int)threadIdx.x + i * PA_THREADS;
+            row[i] = idx / CHUNKS;
+            col[i] = idx % CHUNKS * PA_TILE_CHUNK;
+            smem[i] = row[i] < ROWS ? pa_tile_offset<ROWS>(row[i], col[i]) : 0;
+        }
+    }
+    // Start copying rows of `src` (row stride `stride`); rows at or past `valid` become zeros.
+    PA_DEVICE void start(pa_elem* tile, const pa_elem* src, pa_i64 stride, int valid) const {
+        if constexpr (KEEP) {
+#pragma unroll
+            for (int i = 0; i < COPIES; ++i) {
+                if (TOTAL % PA_THREADS != 0 && i == COPIES - 1 && (int)threadIdx.x >= TOTAL - i * PA_THREADS) break;
+                const bool ok = row[i] < valid;
+                pa_async_copy16(tile + smem[i], ok ? src + row[i] * stride + col[i] : src, ok);
+            }
+        } else {
+            for (int idx = threadIdx.x; idx < TOTAL; idx += PA_THREADS) {
+                const int r = idx / CHUNKS, c = idx % CHUNKS * PA_TILE_CHUNK;
+                const bool ok = r < valid;
+                pa_async_copy16(tile + pa_tile_offset<ROWS>(r, c), ok ? src + r * stride + c : src, ok);
+            }
+        }
+    }
+};

@@ -1,0 +1,129 @@
+"""The forward's tile tables and variant choice on each arch family, with fake devices (no GPU needed)."""
+
+import pytest
+
+from portattn import UnsupportedTargetError
+from portattn.kernels.forward import SHORT_SEQLEN, select, shipped_variants
+from portattn.kernels.variant import HEAD_DIMS
+from portattn.runtime.target import KNOWN_ARCHS, Target
+
+EXPECTED = {  # arch -> (vendor, lanes, family)
+    "sm_80": ("cuda", 32, "sm80"),
+    "sm_90": ("cuda", 32, "sm90"),
+    "gfx90a": ("hip", 64, "cdna2"),
+    "gfx908": ("hip", 64, "cdna1"),
+    "gfx942": ("hip", 64, "cdna3"),
+    "gfx1100": ("hip", 32, "rdna3"),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(EXPECTED))
+def test_detect_and_select(fake_device, arch):
+    vendor, lanes, fam = EXPECTED[arch]
+    target = fake_device(arch)
+    assert (target.vendor, target.arch, target.lanes, target.family) == (vendor, arch, lanes, fam)
+    for d in HEAD_DIMS:
+        spec = select(target, "float32", d)
+        assert spec.defines["PA_WARP_SIZE"] == lanes and spec.defines["PA_HEAD_DIM"] == d
+        assert spec.smem_bytes <= target.smem_per_block
+        assert spec.tile.threads % lanes == 0
+    dtypes = {"cdna1": ("float32", "float16"), "rdna3": ("float32",)}.get(fam, ("float32", "float16", "bfloat16"))
+    chosen = {(dt, d): select(target, dt, d) for dt in dtypes for d in HEAD_DIMS}
+    # Matrix units wherever the family has them, except float32 d = 256 (NVIDIA: no tile without register spills;
+    # CDNA: no tile within 64 KiB of LDS).
+    simt_only = {(dt, d) for dt, d in chosen if fam == "rdna3" or (dt, d) == ("float32", 256)}
+    assert {key for key, spec in chosen.items() if spec.kernel == "simt"} == simt_only
+    variants = shipped_variants(target)
+    assert set(chosen.values()) <= set(variants)
+    assert {(s.kernel, s.dtype, s.head_dim) for s in variants} - {(c.kernel, *k) for k, c in chosen.items()} == {
+        ("simt", "float32", d) for d in HEAD_DIMS if ("float32", d) not in simt_only}
+
+
+@pytest.mark.parametrize("arch", ["gfx908", "gfx90a", "gfx942"])
+def test_cdna_tiles_fit_two_waves_per_simd_by_lds(arch):
+    target = Target.for_arch(arch)
+    for spec in shipped_variants(target):
+        waves = spec.tile.threads // 64
+        groups = 65536 // spec.smem_bytes
+        # The matrix-unit tiles of 4-wave workgroups (16-bit d = 256, float32 d = 96 / 128) are the exception:
+        # one workgroup, one wave per SIMD, per CU.
+        wanted = 4 if spec.kernel == "mma" and spec.tile.threads == 256 else 8
+        assert groups * waves >= wanted, f"{spec.label}: LDS alone allows only {groups * waves} waves per CU"
+
+
+def test_unknown_arch_is_refused_with_the_supported_list(fake_device):
+    target = fake_device("sm_75")
+    with pytest.raises(UnsupportedTargetError, match="no kernel configuration for arch 'sm_75'; supported: sm_80"):
+        select(target, "float32", 64)
+    assert set(KNOWN_ARCHS) == set(EXPECTED) | {"sm_86", "sm_89"}
+
+
+def test_emulated_target_executes_the_gfx90a_mapping():
+    native = Target.for_arch("sm_90")
+    emulated = native.with_lanes(64)
+    assert emulated.with_lanes(None) == native and not native.emulated
+    assert emulated.family == "cdna2" and "emulated" in str(emulated)
+    for d in HEAD_DIMS:
+        spec, amd = select(emulated, "float32", d), select(Target.for_arch("gfx90a"), "float32", d)
+        assert spec.tile == amd.tile and spec.lanes == 64 and spec.emulated
+        assert spec.defines["PA_EMULATE_WAVE64"] == 1 and spec.defines["PA_WARP_SIZE"] == 64
+        assert "PA_EMULATE_WAVE64" not in select(native, "float32", d).defines
+        assert "PA_EMULATE_WAVE64" not in amd.defines
+    with pytest.raises(UnsupportedTargetError, match="lanes=16"):
+        native.with_lanes(16)
+
+
+def test_short_sequences_take_their_own_rows():
+    hopper, amd = Target.for_arch("sm_90"), Target.for_arch("gfx90a")
+    for dtype in ("float16", "bfloat16"):
+        long = select(hopper, dtype, 128)
+        assert select(hopper, dtype, 128, seqlen_q=SHORT_SEQLEN + 1) == long
+        short = select(hopper, dtype, 128, seqlen_q=SHORT_SEQLEN)
+        assert short == select(hopper, dtype, 128, seqlen_q=1) and short.tile != long.tile
+        assert short in shipped_variants(hopper)
+        # rows without a short-sequence entry, and the simt kernel, ignore the sequence length
+        assert select(hopper, dtype, 64, seqlen_q=1) == select(hopper, dtype, 64)
+        assert select(amd, dtype, 128, seqlen_q=1) == select(amd, dtype, 128)
+    assert select(hopper, "float32", 128, "simt", seqlen_q=1) == select(hopper, "float32", 128, "simt")
+    assert len(set(shipped_variants(hopper))) == len(shipped_variants(hopper))
+
+
+def test_min_blocks_reaches_the_launch_bounds():
+    hopper = Target.for_arch("sm_90")
+    assert select(hopper, "float16", 64).defines["PA_MIN_BLOCKS"] == select(hopper, "float16", 64).tile.min_blocks == 2
+    assert select(hopper, "float16", 128).defines["PA_MIN_BLOCKS"] == 1
+    assert "PA_MIN_BLOCKS" not in select(hopper, "float32", 64, "simt").defines
+    assert ",2/SM" in select(hopper, "bfloat16", 64).label
+
+
+def test_persistent_tiles_launch_a_block_per_multiprocessor_slot():
+    hopper = Target.for_arch("sm_90")
+    short, long = (select(hopper, "float16", 128, seqlen_q=n) for n in (SHORT_SEQLEN, SHORT_SEQLEN + 1))
+    assert short.tile.persistent and short.defines["PA_PERSISTENT"] == 1 and ",persistent" in short.label
+    assert not long.tile.persistent and long.defines["PA_PERSISTENT"] == 0
+    assert short.grid_blocks(10_000, 132) == 132 * short.tile.min_blocks and short.grid_blocks(100, 132) == 100
+    assert long.grid_blocks(10_000, 132) == 10_000
+
+
+def test_smem_limit_is_enforced(fake_device):
+    small = fake_device("sm_90", shared_memory_per_block_optin=48 * 1024)
+    with pytest.raises(UnsupportedTargetError, match="needs 150528 bytes of shared memory"):
+        select(small, "float32", 256)
+    with pytest.raises(UnsupportedTargetError, match="needs 101376 bytes of shared memory"):
+        select(small, "float32", 128)
+
+
+def test_unsupported_dtype_and_head_dim():
+    target = Target.for_arch("sm_90")
+    assert select(target, "bfloat16", 64).defines["PA_BF16"] == 1
+    assert "PA_BF16" not in select(target, "float16", 64).defines
+    with pytest.raises(NotImplementedError, match="bfloat16 attention has no kernel for gfx908 at head dim 64"):
+        select(Target.for_arch("gfx908"), "bfloat16", 64)
+    with pytest.raises(NotImplementedError, match="float16 attention has no simt kernel for sm_90"):
+        select(target, "float16", 64, kernel="simt")
+    with pytest.raises(ValueError, match="kernel must be one of mma, simt"):
+        select(target, "float32", 64, kernel="tensor")
+    with pytest.raises(NotImplementedError, match="float64"):
+        select(target, "float64", 64)
+    with pytest.raises(ValueError, match="head dim 80 is not supported"):
+        select(target, "float32", 80)

@@ -1,0 +1,156 @@
+"""portattn inside PyTorch on the GPU: the operators, torch.compile, CUDA graphs, the SDPA patch and a Hugging Face
+transformers model, each checked against the float64 reference."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import portattn
+from portattn.tools.reference import reference_attention, relative_error
+
+pytestmark = pytest.mark.gpu
+TOL = 1e-5
+NAN = float("nan")
+
+
+def rand(gen, *shape):
+    return torch.randn(*shape, device="cuda", dtype=torch.float32, generator=gen)
+
+
+def test_opcheck(gen):
+    q, k, v = rand(gen, 2, 4, 65, 64), rand(gen, 2, 2, 65, 64), rand(gen, 2, 2, 65, 64)
+    for return_lse in (False, True):
+        for results in (
+            torch.library.opcheck(torch.ops.portattn.attention.default, (q, k, v, True, 0.125, return_lse)),
+            torch.library.opcheck(torch.ops.portattn.attention_out.default,
+                                  (q, k, v, torch.empty_like(q), True, 0.125, return_lse)),
+        ):
+            assert all(r == "SUCCESS" for r in results.values()), results
+
+
+class Block(torch.nn.Module):
+    """Exact elementwise ops around attention on [batch, seq, heads, head_dim] inputs, for inductor to fuse."""
+
+    def forward(self, q, k, v):
+        q, k, v = (t.transpose(1, 2) * 2.0 for t in (q, k, v))
+        out, lse = portattn.attention(q, k, v, causal=True, return_lse=True)
+        return out.transpose(1, 2) * 2.0, lse * 2.0
+
+
+@pytest.mark.parametrize("hq, hk, n, d", [(8, 8, 257, 64), (8, 2, 300, 128)])
+def test_compile_fullgraph_matches_eager_and_reference(gen, hq, hk, n, d):
+    torch._dynamo.reset()
+    block = Block()
+    compiled = torch.compile(block, fullgraph=True)
+    for _ in range(2):  # fresh values each time: nothing may be baked into the compiled graph
+        q, k, v = rand(gen, 2, n, hq, d), rand(gen, 2, n, hk, d), rand(gen, 2, n, hk, d)
+        out, lse = compiled(q, k, v)
+        eager_out, eager_lse = block(q, k, v)
+        ref, ref_lse = reference_attention(*(t.transpose(1, 2) * 2.0 for t in (q, k, v)), causal=True)
+        assert relative_error(out, ref.transpose(1, 2) * 2.0) <= TOL
+        assert relative_error(lse, ref_lse * 2.0) <= TOL
+        assert relative_error(out, eager_out.double()) <= 1e-6
+        assert relative_error(lse, eager_lse.double()) <= 1e-6
+
+
+def test_compile_fullgraph_with_out_argument(gen):
+    torch._dynamo.reset()
+
+    def write_into(q, k, v, out):
+        portattn.attention(q, k, v, out=out, scale=0.2)
+        return out * 2.0
+
+    compiled = torch.compile(write_into, fullgraph=True)
+    for _ in range(2):
+        q, k, v = rand(gen, 2, 4, 129, 64), rand(gen, 2, 4, 200, 64), rand(gen, 2, 4, 200, 64)
+        out = torch.full_like(q, NAN)
+        res = compiled(q, k, v, out)
+        ref, _ = reference_attention(q, k, v, scale=0.2)
+        assert relative_error(out, ref) <= TOL, "the compiled call must write into out"
+        assert relative_error(res, ref * 2.0) <= TOL
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "bshd_view", "copied"])
+@pytest.mark.parametrize("use_out", [False, True])
+def test_cuda_graph_capture_and_replay(gen, layout, use_out):
+    b, hq, hk, n, d = 2, 8, 2, 300, 64
+
+    def make(h):
+        if layout == "bshd_view":
+            return rand(gen, b, n, h, d).transpose(1, 2)
+        if layout == "copied":  # rows not 16-byte aligned: the call copies them, inside the graph
+            return rand(gen, b, h, n, d + 1)[..., :d]
+        return rand(gen, b, h, n, d)
+
+    q, k, v = make(hq), make(hk), make(hk)
+    buf = torch.empty(b, hq, n, d, device="cuda") if use_out else None
+
+    def step():
+        return portattn.attention(q, k, v, causal=True, return_lse=True, out=buf)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # compiles and loads the kernel before the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out, static_lse = step()
+    assert not use_out or static_out is buf
+    for _ in range(3):
+        for t in (q, k, v):
+            t.copy_(torch.randn(t.shape, device="cuda", generator=gen))
+        static_out.fill_(NAN)
+        static_lse.fill_(NAN)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref, ref_lse = reference_attention(q, k, v, causal=True)
+        assert relative_error(static_out, ref) <= TOL
+        assert relative_error(static_lse, ref_lse) <= TOL
+
+
+def test_patch_sdpa_routes_on_gpu(gen):
+    q, k, v = rand(gen, 2, 8, 200, 64), rand(gen, 2, 2, 200, 64), rand(gen, 2, 2, 200, 64)
+    mask = torch.rand(200, 200, device="cuda", generator=gen) > 0.2
+    mask.fill_diagonal_(True)
+    masked_expected = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    original = F.scaled_dot_product_attention
+    with portattn.patch_sdpa() as stats:
+        gqa = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        scaled = F.scaled_dot_product_attention(q, q, q, scale=0.3)
+        masked = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+        F.scaled_dot_product_attention(q.double(), q.double(), q.double())
+        F.scaled_dot_product_attention(q[..., :48], q[..., :48], q[..., :48])
+        with torch.enable_grad():
+            F.scaled_dot_product_attention(q.clone().requires_grad_(), q, q)
+    assert F.scaled_dot_product_attention is original
+    assert stats.portattn == 2
+    assert dict(stats.fallback_reasons) == {"attn_mask": 1, "dtype": 1, "head_dim": 1, "requires_grad": 1}
+    assert torch.equal(gqa, portattn.attention(q, k, v, causal=True)), "routed to portattn"
+    ref, _ = reference_attention(q, k, v, causal=True)
+    assert relative_error(gqa, ref) <= TOL
+    ref, _ = reference_attention(q, q, q, scale=0.3)
+    assert relative_error(scaled, ref) <= TOL
+    assert torch.equal(masked, masked_expected)
+
+
+def test_transformers_llama_gqa_runs_on_portattn(gen):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(gen.initial_seed())
+    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                                      num_key_value_heads=2, head_dim=64, num_hidden_layers=2, vocab_size=1000,
+                                      attn_implementation="sdpa")
+    model = transformers.LlamaForCausalLM(config).to("cuda").eval()
+    ids = torch.randint(0, config.vocab_size, (2, 100), device="cuda", generator=gen)
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+        with portattn.patch_sdpa() as stats:
+            got = model(input_ids=ids).logits
+            assert (stats.portattn, stats.fallback) == (config.num_hidden_layers, 0), stats
+            again = model(input_ids=ids).logits
+        assert (stats.portattn, stats.fallback) == (2 * config.num_hidden_layers, 0), stats
+        ref = copy.deepcopy(model).double()(input_ids=ids).logits  # float64: SDPA's math path
+    assert torch.equal(got, again)
+    assert relative_error(got, ref) <= TOL
+    assert relative_error(got, expected.double()) <= TOL

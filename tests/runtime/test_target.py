@@ -1,0 +1,35 @@
+"""Target detection from torch's device properties, named archs, the lane override (no GPU needed)."""
+import pytest
+import torch
+
+from portattn import UnsupportedTargetError
+from portattn.runtime.target import Target, available_targets
+
+
+def test_offline_and_detected_targets_agree(fake_device):
+    assert fake_device("gfx90a") == Target("hip", "gfx90a", 64, 104, 65536, 65536) == Target.for_arch("gfx90a")
+    assert Target.for_arch("sm_90").smem_per_block == 232448
+
+
+def test_lanes_override(fake_device, monkeypatch):
+    monkeypatch.setenv("PORTATTN_LANES", "32")
+    assert fake_device("sm_90").lanes == 32
+    monkeypatch.setenv("PORTATTN_LANES", "64")
+    emulated = fake_device("sm_90")
+    assert (emulated.lanes, emulated.hardware_lanes, emulated.emulates) == (64, 32, "gfx90a") and emulated.emulated
+    monkeypatch.setenv("PORTATTN_LANES", "32")
+    with pytest.raises(UnsupportedTargetError, match="PORTATTN_LANES to 64"):
+        fake_device("gfx90a")
+    monkeypatch.setenv("PORTATTN_LANES", "wide")
+    with pytest.raises(UnsupportedTargetError, match="PORTATTN_LANES must be a lane count"):
+        fake_device("sm_90")
+
+
+def test_no_gpu_means_no_available_targets(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert available_targets() == []
+
+
+def test_unknown_named_arch_is_refused_with_the_known_list():
+    with pytest.raises(UnsupportedTargetError, match="known: gfx1100, gfx908, gfx90a"):
+        Target.for_arch("gfx803")
