@@ -10,6 +10,7 @@
 //
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_ROW_LANES, PA_SMEM_BYTES.
 #include "pa_fwd_params.cuh"
+#include "pa_simt.cuh"
 
 #if !defined(PA_HEAD_DIM) || !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_THREADS) || \
     !defined(PA_ROW_LANES) || !defined(PA_SMEM_BYTES)
@@ -29,8 +30,8 @@ constexpr int KEYS = BN / TX;                                          // score 
 constexpr int VW = D % (TX * 4) == 0 ? 4 : D % (TX * 2) == 0 ? 2 : 1;  // vector width of an output chunk
 constexpr int CHUNKS = D / (TX * VW);                                  // output-column chunks per thread
 constexpr int COLS = CHUNKS * VW;                                      // output columns per thread
-constexpr int LD = D + 4;    // padded row length of the Q and K/V tiles (floats)
-constexpr int LDP = BN + 4;  // padded row length of the probability tile
+constexpr int LD = PA_SIMT_LD;  // padded row length of the Q and K/V tiles (floats)
+constexpr int LDP = BN + 4;     // padded row length of the probability tile
 
 static_assert(NT % TX == 0 && BM % TY == 0, "PA_BLOCK_M must be a multiple of PA_THREADS / PA_ROW_LANES");
 static_assert(BN % TX == 0, "PA_BLOCK_N must be a multiple of PA_ROW_LANES");
@@ -39,18 +40,6 @@ static_assert(NT % PA_WARP_SIZE == 0, "PA_THREADS must be a whole number of wave
 static_assert(TX <= PA_WARP_SIZE, "a row group must fit in one wave");
 static_assert(PA_SMEM_BYTES == 4 * (BM * LD + BN * LD + BM * LDP),
               "the host's shared-memory size (PA_SMEM_BYTES) does not match this kernel's tiles");
-
-// Copy `rows` rows of D floats (row stride `stride` elements) into a padded shared tile; rows at or past
-// `valid` are zero-filled so that padded keys and queries never read out of bounds.
-PA_DEVICE void load_tile(float* tile, const float* src, pa_i64 stride, int rows, int valid) {
-    constexpr int V4 = D / 4;
-    for (int idx = threadIdx.x; idx < rows * V4; idx += NT) {
-        const int r = idx / V4;
-        const int c = (idx % V4) * 4;
-        const float4 val = r < valid ? pa_load4(src + (pa_i64)r * stride + c) : pa_zero4();
-        pa_store4(tile + r * LD + c, val);
-    }
-}
 
 }  // namespace
 
@@ -71,7 +60,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_simt(const
     const int tx = (int)threadIdx.x % TX;
     const int ty = (int)threadIdx.x / TX;
 
-    load_tile(q_s, q, p.q_sn, BM, p.seqlen_q - row0);
+    pa_simt_load_tile(q_s, q, p.q_sn, BM, p.seqlen_q - row0);
 
     float acc[ROWS][COLS];
     float row_max[ROWS];
@@ -87,7 +76,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_simt(const
     const int n_end = pa_mask_rows_key_end(mask, row0, BM);
     for (int n0 = 0; n0 < n_end; n0 += BN) {
         __syncthreads();  // previous V tile fully consumed
-        load_tile(kv_s, k + (pa_i64)n0 * p.k_sn, p.k_sn, BN, p.seqlen_k - n0);
+        pa_simt_load_tile(kv_s, k + (pa_i64)n0 * p.k_sn, p.k_sn, BN, p.seqlen_k - n0);
         __syncthreads();
 
         float s[ROWS][KEYS];
@@ -139,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_simt(const
         }
 
         __syncthreads();  // K tile consumed, probabilities visible
-        load_tile(kv_s, v + (pa_i64)n0 * p.v_sn, p.v_sn, BN, p.seqlen_k - n0);
+        pa_simt_load_tile(kv_s, v + (pa_i64)n0 * p.v_sn, p.v_sn, BN, p.seqlen_k - n0);
         __syncthreads();
 
 #pragma unroll 2

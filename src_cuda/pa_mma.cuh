@@ -5,7 +5,9 @@
 // One MMA computes a PA_MMA_M x PA_MMA_N tile C += A (PA_MMA_M x PA_MMA_K) * B (PA_MMA_K x PA_MMA_N) with float
 // accumulation. Inputs (pa_elem in memory, pa_prelude_elem.cuh) are float16 or bfloat16 (PA_BF16 = 1), or float32
 // (PA_F32 = 1: three TF32 products on NVIDIA, native fp32 MFMA on AMD). Per lane:
-//   pa_mma_a   A fragment                 pa_mma_load_a(a, tile, ld): A from a row-major [m][k] shared tile
+//   pa_mma_a   A fragment                 pa_mma_load_a(a, tile, ld): A from a row-major [m][k] shared tile, for
+//                                         products with pa_mma_load_b_nk operands; pa_mma_load_a_kn(a, tile, ld):
+//                                         the same A for products with pa_mma_load_b_kn operands
 //   pa_mma_b   B fragments of PA_MMA_B_TILES adjacent n tiles
 //                                         pa_mma_load_b_nk: from a [n][k] tile (K for Q·K^T)
 //                                         pa_mma_load_b_kn: from a [k][n] tile (V for P·V)

@@ -42,6 +42,14 @@ PA_DEVICE void pa_mma_load_a(pa_mma_a& a, const float* tile, int ld) {
     pa_ldmatrix_x4(raw, tile + (lane % 16) * ld + (lane / 16) * 4);
     pa_mma_split4(a, raw);
 }
+// With the P·V key order (above): k = t holds column 2t of the tile, k = t + 4 column 2t + 1.
+PA_DEVICE void pa_mma_load_a_kn(pa_mma_a& a, const float* tile, int ld) {
+    const int g = pa_lane_id() / 4, t = pa_lane_id() % 4;
+    const unsigned raw[4] = {__float_as_uint(tile[g * ld + 2 * t]), __float_as_uint(tile[(g + 8) * ld + 2 * t]),
+                             __float_as_uint(tile[g * ld + 2 * t + 1]),
+                             __float_as_uint(tile[(g + 8) * ld + 2 * t + 1])};
+    pa_mma_split4(a, raw);
+}
 PA_DEVICE void pa_mma_load_b_nk(pa_mma_b& b, const float* tile, int ld) {
     const int lane = pa_lane_id();
     unsigned raw[4];

@@ -135,6 +135,17 @@ PA_DEVICE float4 pa_load4(const float* p) { return *reinterpret_cast<const float
 PA_DEVICE void pa_store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 PA_DEVICE float4 pa_zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
 
+// p[0] += a and p[1] += b in global memory, atomically per element (p aligned to 8 bytes); one vector reduction
+// where the target has it (NVIDIA sm_90 and later).
+PA_DEVICE void pa_atomic_add2(float* p, float a, float b) {
+#if defined(PA_VENDOR_CUDA) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+#endif
+}
+
 // Load VW (1, 2 or 4) consecutive floats with one access; the address must be aligned to VW floats.
 template <int VW>
 PA_DEVICE void pa_loadv(const float* p, float* out) {

@@ -2,9 +2,11 @@
 // 16-bit bits, or float32), its conversions, and global -> shared copies. A prelude file: it may know the vendor.
 //
 //   pa_elem                    the input element type (PA_F32: float; else pa_u16 holding float16 or bfloat16 bits)
+//   pa_elem_to_float(x)        one element as a float
 //   pa_pack_x2(lo, hi)         two floats rounded to the 16-bit type, packed (lo in the low half)
 //   pa_store_elem(p, x)        store one element; pa_store_elem2(p, x, y) two adjacent ones (p aligned to two)
 //   pa_async_copy16(dst, src, valid)   16-byte global -> shared copy (zeros when !valid); asynchronous on NVIDIA,
+//   pa_async_copy4(dst, src, valid)    the same for 4 bytes,
 //   pa_async_commit(), pa_async_wait<N>()   completed by committing groups and waiting for all but N of them
 #pragma once
 
@@ -34,6 +36,10 @@ PA_DEVICE void pa_async_copy16(void* dst_smem, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(pa_smem_addr(dst_smem)), "l"(src),
                  "r"(valid ? 16 : 0));
 }
+PA_DEVICE void pa_async_copy4(void* dst_smem, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(pa_smem_addr(dst_smem)), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
 PA_DEVICE void pa_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Wait until at most N committed groups of this thread are still in flight.
 // With the warpgroup MMA the copies are also made visible to its shared-memory operand reads (async proxy).
@@ -55,17 +61,37 @@ PA_DEVICE unsigned pa_pack_x2(float lo, float hi) {
 #endif
     return r;
 }
+
+PA_DEVICE float pa_elem_to_float(pa_elem x) {
+#if PA_F32
+    return x;
+#elif PA_BF16
+    return __uint_as_float((unsigned)x << 16);
 #else
-// HIP (64-lane MFMA waves; pa_mfma.cuh has the 16-bit conversions): plain copies, so the loads of the next tile
-// are not overlapped with compute.
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+#endif
+}
+#else
+// HIP: plain copies, so the loads of the next tile are not overlapped with compute. The 16-bit conversions come from
+// pa_mfma.cuh (64-lane waves); 32-lane builds take float32 elements only.
+#if PA_WARP_SIZE == 64
 #include "pa_mfma.cuh"
+#elif !PA_F32
+#error "16-bit elements on HIP need 64-lane waves"
+#endif
 PA_DEVICE void pa_async_copy16(void* dst_smem, const void* src, bool valid) {
     *static_cast<uint4*>(dst_smem) = valid ? *static_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+}
+PA_DEVICE void pa_async_copy4(void* dst_smem, const void* src, bool valid) {
+    *static_cast<unsigned*>(dst_smem) = valid ? *static_cast<const unsigned*>(src) : 0u;
 }
 PA_DEVICE void pa_async_commit() {}
 template <int N>
 PA_DEVICE void pa_async_wait() {}
 
+#if !PA_F32
 PA_DEVICE unsigned pa_to_16bit(float x) {
 #if PA_BF16
     return (unsigned short)pa_mfma_bf16_from_float(x);
@@ -77,6 +103,19 @@ PA_DEVICE unsigned pa_to_16bit(float x) {
 #endif
 }
 PA_DEVICE unsigned pa_pack_x2(float lo, float hi) { return pa_to_16bit(lo) | (pa_to_16bit(hi) << 16); }
+#endif
+
+PA_DEVICE float pa_elem_to_float(pa_elem x) {
+#if PA_F32
+    return x;
+#elif PA_BF16
+    return pa_mfma_bf16_to_float((pa_mfma_bf16)x);
+#else
+    pa_mfma_f16 h;
+    __builtin_memcpy(&h, &x, 2);
+    return pa_mfma_f16_to_float(h);
+#endif
+}
 #endif
 
 // Store one input-type element (a float rounded to the element type).

@@ -26,6 +26,7 @@ typedef float pa_mma_b;
 PA_DEVICE void pa_mma_load_a(pa_mma_a& a, const float* tile, int ld) {
     a = tile[(pa_lane_id() % 16) * ld + pa_lane_id() / 16];
 }
+PA_DEVICE void pa_mma_load_a_kn(pa_mma_a& a, const float* tile, int ld) { pa_mma_load_a(a, tile, ld); }
 PA_DEVICE void pa_mma_load_b_nk(pa_mma_b& b, const float* tile, int ld) { pa_mma_load_a(b, tile, ld); }
 PA_DEVICE void pa_mma_load_b_kn(pa_mma_b& b, const float* tile, int ld) {
     b = tile[(pa_lane_id() / 16) * ld + pa_lane_id() % 16];
@@ -75,6 +76,7 @@ PA_DEVICE void pa_mma_load_a(pa_mma_a& a, const pa_u16* tile, int ld) {
     const unsigned* p = reinterpret_cast<const unsigned*>(tile + (lane % 16) * ld + 4 * (lane / 16));
     pa_mma_frag_from_bits(a, p[0], p[1]);
 }
+PA_DEVICE void pa_mma_load_a_kn(pa_mma_a& a, const pa_u16* tile, int ld) { pa_mma_load_a(a, tile, ld); }
 PA_DEVICE void pa_mma_load_b_nk(pa_mma_b& b, const pa_u16* tile, int ld) { pa_mma_load_a(b, tile, ld); }
 PA_DEVICE void pa_mma_load_b_kn(pa_mma_b& b, const pa_u16* tile, int ld) {
     const int lane = pa_lane_id();

@@ -43,6 +43,7 @@ PA_DEVICE void pa_mma_load_a(pa_mma_a& a, const pa_u16* tile, int ld) {
     const int lane = pa_lane_id();
     pa_ldmatrix_x4(a, tile + (lane % 16) * ld + (lane / 16) * 8);
 }
+PA_DEVICE void pa_mma_load_a_kn(pa_mma_a& a, const pa_u16* tile, int ld) { pa_mma_load_a(a, tile, ld); }
 // b[0..1]: n 0..7, b[2..3]: n 8..15.
 PA_DEVICE void pa_mma_load_b_nk(pa_mma_b& b, const pa_u16* tile, int ld) {
     const int lane = pa_lane_id();

@@ -10,9 +10,9 @@ The decision is the rule of ``portattn.scaled_dot_product_attention`` (``ops/sup
 counted under the name of the first check that fails: ``arguments`` (arguments this router does not recognise),
 ``ndim`` (not three 4-D strided tensors), ``attn_mask``, ``dropout``, ``gqa`` (head counts differ without
 ``enable_gqa=True``, or do not divide), ``dtype`` (not a dtype portattn supports, or q/k/v differ), ``head_dim``,
-``shape`` (batch or k/v shapes differ), ``device`` (not all on one GPU), ``requires_grad`` (grad mode on and an
-input requires grad), ``empty`` (an input has no elements), ``target`` (portattn has no kernel for this GPU, dtype
-and head dim).
+``shape`` (batch or k/v shapes differ), ``device`` (not all on one GPU), ``empty`` (an input has no elements),
+``target`` (portattn has no kernel for this GPU, dtype and head dim), ``backward`` (an input requires grad and
+portattn has no backward kernel for it). Calls that require grad are taken: the result is differentiable.
 """
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UnsupportedTargetError
-from ..kernels.forward import has_kernel
+from ..kernels import backward as bwd_kernels
+from ..kernels import forward as fwd_kernels
 from ..ops import attention as ops
 from ..ops.support import sdpa_problem
 from ..runtime import target as targets
@@ -54,16 +55,17 @@ _active: tuple[SdpaStats, ...] = ()
 _target_ok: dict[tuple, bool] = {}
 
 
-def _target_supports(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
-    """Whether portattn has a kernel for this GPU (as ``PORTATTN_LANES`` sets it up), dtype and head dim."""
+def _target_supports(device: torch.device, dtype: torch.dtype, head_dim: int, backward: bool = False) -> bool:
+    """Whether portattn has a forward (or backward) kernel for this GPU (as ``PORTATTN_LANES`` sets it up), dtype and
+    head dim."""
     try:
         target = targets.target_for(device)
     except UnsupportedTargetError:
         return False
-    key = (target, dtype, head_dim)
+    key = (target, dtype, head_dim, backward)
     ok = _target_ok.get(key)
     if ok is None:
-        ok = _target_ok[key] = has_kernel(target, dtype, head_dim)
+        ok = _target_ok[key] = (bwd_kernels if backward else fwd_kernels).has_kernel(target, dtype, head_dim)
     return ok
 
 
@@ -82,6 +84,9 @@ def _fallback_reason(args: tuple, kwargs: dict) -> str | None:
         return "device"
     if not _target_supports(q.device, q.dtype, q.shape[3]):
         return "target"
+    if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+            and not _target_supports(q.device, q.dtype, q.shape[3], backward=True)):
+        return "backward"
     return None
 
 

@@ -10,7 +10,6 @@ where there is one; a shape with no row in either table is not supported, and th
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -18,8 +17,20 @@ import torch
 from ..errors import UnsupportedTargetError
 from ..runtime import loader
 from ..runtime.params import struct_from_header
-from ..runtime.target import Target, target_for
-from .variant import DTYPES, HALF, HEAD_DIMS, KERNEL_ENV, OVERRIDES, KernelSpec, Rows, TileConfig, dtype_name, rows
+from ..runtime.target import Target
+from .variant import (
+    DTYPES,
+    HALF,
+    HEAD_DIMS,
+    OVERRIDES,
+    KernelSpec,
+    Rows,
+    TileConfig,
+    dtype_name,
+    forced_kernel,
+    launch_target,
+    rows,
+)
 
 T = TileConfig
 
@@ -215,16 +226,11 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, ls
         causal: bool, scale: float) -> None:
     """Launch the forward on ``q``'s device and torch's current stream. Inputs are validated, non-empty, in a
     layout the kernels read in place, and ``scale >= 0``."""
-    target = target_for(q.device)
-    hooks = OVERRIDES.get()
-    if hooks.target is not None:
-        if (hooks.target.vendor, hooks.target.arch) != (target.vendor, target.arch):
-            raise UnsupportedTargetError(f"target {hooks.target} cannot run on this device ({target})")
-        target = hooks.target
-    spec = select(target, dtype_name(q.dtype), q.shape[-1], hooks.kernel or os.environ.get(KERNEL_ENV) or None,
-                  q.shape[2])
-    if hooks.tweak is not None:
-        spec = hooks.tweak(spec)
+    target = launch_target(q.device)
+    spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), q.shape[2])
+    tweak = OVERRIDES.get().tweak
+    if tweak is not None:
+        spec = tweak(spec)
     fn = loader.kernel_function(spec, target, q.device.index)
     batch, heads_q, seqlen_q, _ = q.shape
     _, heads_kv, seqlen_k, _ = k.shape

@@ -5,12 +5,13 @@ A family module (``forward.py``, ...) holds its tile tables (data keyed by arch 
 """
 from __future__ import annotations
 
+import os
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 from ..errors import UnsupportedTargetError
-from ..runtime.target import Target
+from ..runtime.target import Target, target_for
 
 HEAD_DIMS = (32, 64, 96, 128, 256)
 DTYPES = ("float32", "float16", "bfloat16")
@@ -28,12 +29,15 @@ class TileConfig:
     warpgroup_mma: bool = False  # Hopper warpgroup MMA (wgmma; PA_MMA_WGMMA)
     min_blocks: int = 1  # blocks per SM / CU the compiler must fit registers for (PA_MIN_BLOCKS)
     persistent: bool = False  # min_blocks blocks per SM / CU loop over the work items (PA_PERSISTENT)
+    split: int = 1  # backward: column slices of the head dim, one per block (PA_SPLIT)
+    stages: int = 1  # backward dK/dV: buffers of the streamed query tiles; 2 overlaps copies and work (PA_STAGES)
 
     @property
     def options(self) -> list[str]:
         """The options beyond the shape, e.g. ["wgmma", "2/SM"]."""
         return (["wgmma"] * self.warpgroup_mma + [f"{self.min_blocks}/SM"] * (self.min_blocks > 1)
-                + ["persistent"] * self.persistent)
+                + ["persistent"] * self.persistent + [f"split {self.split}"] * (self.split > 1)
+                + [f"{self.stages} stages"] * (self.stages > 1))
 
 
 Rows = dict[tuple[str, int], TileConfig]
@@ -130,6 +134,23 @@ class Overrides:
 
 OVERRIDES: ContextVar[Overrides] = ContextVar("portattn_overrides", default=Overrides())
 KERNEL_ENV = "PORTATTN_KERNEL"
+
+
+def launch_target(device: object) -> Target:
+    """The target that runs a call on ``device``: the detected one, or the one forced by the verification hooks
+    (which must be the same GPU, e.g. its wave64 emulation)."""
+    target = target_for(device)
+    forced = OVERRIDES.get().target
+    if forced is not None:
+        if (forced.vendor, forced.arch) != (target.vendor, target.arch):
+            raise UnsupportedTargetError(f"target {forced} cannot run on this device ({target})")
+        return forced
+    return target
+
+
+def forced_kernel() -> str | None:
+    """The implementation asked for by the verification hooks or ``PORTATTN_KERNEL`` ("mma", "simt"), else None."""
+    return OVERRIDES.get().kernel or os.environ.get(KERNEL_ENV) or None
 
 
 def dtype_name(dtype: object) -> str:

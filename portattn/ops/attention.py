@@ -8,18 +8,23 @@ The path of one call, all of it in this file down to the kernel family's ``run``
         -> _forward_into                     empty shapes, the layout the kernels read, scale >= 0
           -> kernels.forward.run             target, variant, loaded function, parameters, launch
 
-``portattn::attention(q, k, v, causal, scale, return_lse) -> (out, lse)`` allocates its output;
-``portattn::attention_out(q, k, v, out, causal, scale, return_lse) -> lse`` writes into ``out``. ``lse`` is
-float32 ``[batch, heads_q, seq_q]`` when ``return_lse`` is true, else an empty float32 tensor of shape ``[0]``.
+Training: ``portattn::attention`` is differentiable through autograd. Its backward is the operator
+``portattn::attention_backward`` (so AOTAutograd traces it too), which runs ``kernels.backward.run`` from the saved
+q, k, v, output and LSE; nothing of size N x N is kept.
+
+``portattn::attention(q, k, v, causal, scale, return_lse, deterministic) -> (out, lse)`` allocates its output;
+``portattn::attention_out(q, k, v, out, causal, scale, return_lse) -> lse`` writes into ``out`` (not
+differentiable). ``lse`` is float32 ``[batch, heads_q, seq_q]`` when ``return_lse`` is true (the API asks for it
+whenever a backward may follow), else an empty float32 tensor of shape ``[0]``.
 """
 # No ``from __future__ import annotations``: torch 2.4 infers the operator schemas from real annotations.
 import math
-from typing import Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import torch
 
-from ..kernels import forward
-from .support import NO_BACKWARD, gpu_problem, options_problem, qkv_problem, sdpa_problem
+from ..kernels import backward, forward
+from .support import gpu_problem, options_problem, qkv_problem, sdpa_problem
 
 
 def _in_kernel_layout(t: torch.Tensor) -> bool:
@@ -61,8 +66,9 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
 
 @torch.library.custom_op("portattn::attention", mutates_args=(), device_types="cuda")
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                 return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Attention into a new tensor laid out like ``q``; returns ``(out, lse)``."""
+                 return_lse: bool, deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Attention into a new tensor laid out like ``q``; returns ``(out, lse)``. ``deterministic`` applies to the
+    backward."""
     out, lse = torch.empty_like(q), _new_lse(q, return_lse)
     _forward_into(q, k, v, out, lse if return_lse else None, causal, scale)
     return out, lse
@@ -70,15 +76,75 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
 
 @attention_op.register_fake
 def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                    return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                    return_lse: bool, deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     return torch.empty_like(q), _new_lse(q, return_lse)
 
 
-def _refuse_backward(ctx: object, grad_out: torch.Tensor, grad_lse: torch.Tensor) -> None:
-    raise NotImplementedError(NO_BACKWARD)
+def _backward_into(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   lse: torch.Tensor, grad_lse: Optional[torch.Tensor], causal: bool, scale: float,
+                   deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    q, k, v = _kernel_layout(q), _kernel_layout(k), _kernel_layout(v)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if q.numel() == 0 or k.numel() == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    negative = scale < 0  # run as the forward did: on -q with |scale|, and dq of -q is -dq
+    if negative:
+        q, scale = -q, -scale
+    with torch.cuda.device(q.device):
+        backward.run(_kernel_layout(dout), q, k, v, _kernel_layout(out), lse.contiguous(),
+                     None if grad_lse is None else grad_lse.float().contiguous(), dq, dk, dv, causal, scale,
+                     deterministic)
+    return (dq.neg_() if negative else dq), dk, dv
 
 
-attention_op.register_autograd(_refuse_backward)
+@torch.library.custom_op("portattn::attention_backward", mutates_args=(), device_types="cuda")
+def attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                          lse: torch.Tensor, grad_lse: Optional[torch.Tensor], causal: bool, scale: float,
+                          deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of ``portattn::attention`` with respect to q, k and v, from the forward's output and LSE (and the
+    gradient of the LSE, when the LSE was used)."""
+    return _backward_into(dout, q, k, v, out, lse, grad_lse, causal, scale, deterministic)
+
+
+@attention_backward_op.register_fake
+def _attention_backward_fake(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             out: torch.Tensor, lse: torch.Tensor, grad_lse: Optional[torch.Tensor], causal: bool,
+                             scale: float, deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (torch.empty(q.shape, dtype=q.dtype, device=q.device), torch.empty(k.shape, dtype=k.dtype, device=k.device),
+            torch.empty(v.shape, dtype=v.dtype, device=v.device))
+
+
+def _refuse_double_backward(ctx: Any, *grads: torch.Tensor) -> None:
+    raise NotImplementedError("portattn's attention backward is not differentiable (no double backward)")
+
+
+def _attention_backward_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    pass
+
+
+attention_backward_op.register_autograd(_refuse_double_backward, setup_context=_attention_backward_setup)
+
+
+def _attention_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    q, k, v, causal, scale, return_lse, deterministic = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.causal, ctx.scale, ctx.deterministic, ctx.has_lse = causal, scale, deterministic, return_lse
+
+
+def _attention_grad(ctx: Any, grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor]) -> tuple:
+    q, k, v, out, lse = ctx.saved_tensors
+    if not ctx.has_lse:
+        raise RuntimeError("portattn::attention was called with return_lse=False, so its backward has no LSE; "
+                           "call it through portattn.attention, which asks for the LSE when a backward may follow")
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv = torch.ops.portattn.attention_backward(grad_out, q, k, v, out, lse, grad_lse, ctx.causal, ctx.scale,
+                                                       ctx.deterministic)
+    return dq, dk, dv, None, None, None, None
+
+
+attention_op.register_autograd(_attention_grad, setup_context=_attention_setup)
 
 
 @torch.library.custom_op("portattn::attention_out", mutates_args=("out",), device_types="cuda")
@@ -96,7 +162,7 @@ def _attention_out_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     return _new_lse(q, return_lse)
 
 
-def _check_out(out: object, q: torch.Tensor) -> None:
+def _check_out(out: object, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
@@ -104,14 +170,15 @@ def _check_out(out: object, q: torch.Tensor) -> None:
                          f"shape {tuple(out.shape)}, dtype {out.dtype}, device {out.device}")
     if q.numel() and out.stride(3) != 1:
         raise ValueError("out must have unit stride along head_dim")
-    if torch.is_grad_enabled() and out.requires_grad:
-        raise NotImplementedError("portattn has no backward pass yet: out must not require grad")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, out)):
+        raise RuntimeError("attention with out= is not differentiable: call it without out= when q, k or v "
+                           "require grad (or under torch.no_grad())")
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-              scale: Optional[float] = None, return_lse: bool = False,
-              out: Optional[torch.Tensor] = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
-    """Softmax attention ``softmax(q @ k^T * scale) @ v`` over 4-D tensors.
+              scale: Optional[float] = None, return_lse: bool = False, out: Optional[torch.Tensor] = None,
+              deterministic: Optional[bool] = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Softmax attention ``softmax(q @ k^T * scale) @ v`` over 4-D tensors, differentiable in q, k and v.
 
     q: ``[batch, heads_q, seq_q, head_dim]``; k, v: ``[batch, heads_kv, seq_k, head_dim]`` with ``heads_q`` a
     multiple of ``heads_kv`` (grouped-query / multi-query attention). Any strides with unit stride along
@@ -119,30 +186,38 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     needs no copy. ``causal`` masks key ``j`` for query ``i`` when ``j > i`` (upper-left aligned, like
     ``torch.nn.functional.scaled_dot_product_attention``'s ``is_causal``). ``scale`` defaults to
     ``1 / sqrt(head_dim)``. With ``return_lse`` also returns the float32 log-sum-exp of the scaled scores,
-    ``[batch, heads_q, seq_q]``. ``out``, when given, receives the result and is returned.
+    ``[batch, heads_q, seq_q]``. ``out``, when given, receives the result and is returned (not differentiable).
+    ``deterministic``: the backward gives bitwise-identical gradients from run to run (a separate dQ pass instead
+    of atomic additions); None follows ``torch.are_deterministic_algorithms_enabled()``.
 
     Runs as the operator ``torch.ops.portattn.attention`` (``attention_out`` with ``out``), so it can be traced by
-    ``torch.compile`` and captured in CUDA graphs.
+    ``torch.compile`` and captured in CUDA graphs; the backward is the operator ``portattn::attention_backward``.
     """
     problem = qkv_problem(q, k, v) or options_problem(causal, scale)
     if problem:
         raise problem.error
+    if deterministic is not None and not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
     if out is not None:
-        _check_out(out, q)
-    return call_op(q, k, v, causal, scale, return_lse, out)
+        _check_out(out, q, k, v)
+    return call_op(q, k, v, causal, scale, return_lse, out, deterministic)
 
 
 def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: Optional[float],
-            return_lse: bool, out: Optional[torch.Tensor]) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+            return_lse: bool, out: Optional[torch.Tensor],
+            deterministic: Optional[bool] = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """The operator call for validated arguments."""
     problem = gpu_problem(q)
     if problem:
         raise problem.error
     scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
-    if out is None:
-        out, lse = torch.ops.portattn.attention(q, k, v, causal, scale, return_lse)
-    else:
+    if out is not None:
         lse = torch.ops.portattn.attention_out(q, k, v, out, causal, scale, return_lse)
+        return (out, lse) if return_lse else out
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    needs_lse = return_lse or torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    out, lse = torch.ops.portattn.attention(q, k, v, causal, scale, needs_lse, deterministic)
     return (out, lse) if return_lse else out
 
 
@@ -154,6 +229,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
 
     ``attn_mask`` and ``dropout_p > 0`` raise ``NotImplementedError``. Inputs are 4-D
     ``[batch, heads, seq, head_dim]``; different query and key/value head counts need ``enable_gqa=True``.
+    Differentiable; the backward is deterministic when ``torch.use_deterministic_algorithms(True)`` is set.
     """
     problem = sdpa_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if problem:

@@ -15,8 +15,6 @@ import torch
 from ..kernels.variant import HEAD_DIMS
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-NO_BACKWARD = ("portattn has no backward pass yet: inputs must not require grad "
-               "(use torch.no_grad() or detach them)")
 
 
 @dataclass(frozen=True)
@@ -73,8 +71,6 @@ def qkv_problem(q: object, k: object, v: object, names: tuple[str, str, str] = (
         if t.device != q.device:
             return Unsupported("device", ValueError(
                 f"{name} is on {t.device} but {qn} is on {q.device}; all inputs must be on one device"))
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return Unsupported("requires_grad", NotImplementedError(NO_BACKWARD))
     return None
 
 

@@ -1,7 +1,8 @@
-"""Benchmark: portattn against PyTorch SDPA's backends, in one process, on the same inputs.
+"""Benchmark: portattn against PyTorch SDPA's default and its named backends, in one process, on the same inputs.
 
 Each measurement is the median over ``reps`` launches timed with CUDA events after ``warmup`` launches.
-TFLOP/s = 4·B·H·Nq·Nk·d / time, halved for causal.
+Forward TFLOP/s = 4·B·H·Nq·Nk·d / time, halved for causal; the backward counts 2.5 times the forward's FLOPs
+(flash-attn's convention).
 """
 from __future__ import annotations
 
@@ -14,14 +15,18 @@ from typing import Callable
 import torch
 
 from ..ops.attention import attention
-from .reference import reference_attention, relative_error
+from .reference import reference_attention, reference_gradients, relative_error
 
-SDPA_BACKENDS = ("flash", "cudnn", "efficient")
+SDPA_BACKENDS = ("default", "flash", "cudnn", "efficient")  # "default": whatever SDPA picks itself
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 @dataclass
 class BenchRow:
+    """One configuration. Forward rows time the forward; backward rows (``mode == "backward"``) time the backward
+    alone (``portattn_ms``, TFLOP/s), and also record forward+backward times and the peak memory of one
+    forward+backward beyond the inputs (``fwdbwd_ms``, ``peak_mib``: keyed by "portattn" and the SDPA backends)."""
+
     dtype: str
     head_dim: int
     causal: bool
@@ -30,8 +35,11 @@ class BenchRow:
     heads: int
     portattn_ms: float
     portattn_tflops: float
-    max_rel_error: float  # portattn vs float64 reference on the first (batch, head) slices
+    max_rel_error: float  # portattn vs float64 on the first (batch, head) slice(s): output, or the largest gradient
     sdpa_tflops: dict[str, float | None] = field(default_factory=dict)
+    mode: str = "forward"
+    fwdbwd_ms: dict[str, float | None] = field(default_factory=dict)
+    peak_mib: dict[str, float | None] = field(default_factory=dict)
 
     def ratio(self, backend: str) -> float | None:
         other = self.sdpa_tflops.get(backend)
@@ -51,15 +59,23 @@ def time_ms(fn: Callable[[], object], reps: int, warmup: int) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
-def _sdpa(backend: str, q, k, v, causal: bool) -> Callable[[], object] | None:
+def _sdpa_context(backend: str):
+    """A context that makes SDPA use ``backend`` (nothing for "default")."""
+    import contextlib
+
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    which = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-             "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
+    if backend == "default":
+        return contextlib.nullcontext()
+    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                        "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend])
 
+
+def _sdpa(backend: str, q, k, v, causal: bool) -> Callable[[], object] | None:
     def run():
-        with sdpa_kernel(which):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        with _sdpa_context(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                    enable_gqa=q.shape[1] != k.shape[1])
 
     try:
         with warnings.catch_warnings():  # a refusing backend warns why before raising; the table says "—"
@@ -90,29 +106,94 @@ def bench_case(dtype: str, head_dim: int, causal: bool, seqlen: int, heads: int 
     return row
 
 
+def _grads_fn(fwd: Callable[[], torch.Tensor], leaves: tuple, dout: torch.Tensor) -> Callable[[], object]:
+    return lambda: torch.autograd.grad(fwd(), leaves, dout)
+
+
+def _peak_mib(fn: Callable[[], object]) -> float:
+    """Peak memory of one call beyond what was allocated before it, in MiB."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def bench_backward_case(dtype: str, head_dim: int, causal: bool, seqlen: int, heads: int = 16, tokens: int = 32768,
+                        reps: int = 20, warmup: int = 3) -> BenchRow:
+    """Backward alone (gradients of q, k, v from a kept forward) and forward+backward, portattn and each SDPA backend
+    on the same inputs; gradients checked against float64 on the first (batch, head) slice."""
+    batch = max(1, tokens // seqlen)
+    gen = torch.Generator(device="cuda").manual_seed(seqlen * 1000 + head_dim + 7)
+    leaves = tuple(torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=_DTYPES[dtype],
+                               generator=gen).requires_grad_() for _ in range(3))
+    q, k, v = leaves
+    dout = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen)
+    fwd = lambda: attention(q, k, v, causal=causal)  # noqa: E731
+    out = fwd()
+    grads = torch.autograd.grad(out, leaves, dout, retain_graph=True)
+    refs = reference_gradients(q[:1, :1], k[:1, :1], v[:1, :1], dout[:1, :1], causal)
+    largest = max(float(r.abs().max()) for r in refs)
+    err = max(float((g[:1, :1].double() - r).abs().max()) for g, r in zip(grads, refs)) / largest
+    flops = 2.5 * 4 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
+    ms = time_ms(lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True), reps, warmup)
+    row = BenchRow(dtype, head_dim, causal, seqlen, batch, heads, ms, flops / ms / 1e9, err, mode="backward")
+    row.fwdbwd_ms["portattn"] = time_ms(_grads_fn(fwd, leaves, dout), reps, warmup)
+    row.peak_mib["portattn"] = _peak_mib(_grads_fn(fwd, leaves, dout))
+    out = grads = None  # free the kept graph before measuring SDPA
+    for name in SDPA_BACKENDS:
+        sdpa_fwd = _sdpa(name, q, k, v, causal)
+        sdpa_out = None
+        if sdpa_fwd is not None:
+            try:
+                sdpa_out = sdpa_fwd()
+                torch.autograd.grad(sdpa_out, leaves, dout, retain_graph=True)
+            except RuntimeError:  # a backend with a forward but no backward for this case
+                sdpa_out = None
+        if sdpa_out is None:
+            row.sdpa_tflops[name] = row.fwdbwd_ms[name] = row.peak_mib[name] = None
+            continue
+        bwd_ms = time_ms(lambda: torch.autograd.grad(sdpa_out, leaves, dout, retain_graph=True), reps, warmup)
+        row.sdpa_tflops[name] = flops / bwd_ms / 1e9
+        row.fwdbwd_ms[name] = time_ms(_grads_fn(sdpa_fwd, leaves, dout), reps, warmup)
+        row.peak_mib[name] = _peak_mib(_grads_fn(sdpa_fwd, leaves, dout))
+        sdpa_out = None
+    return row
+
+
 def format_table(rows: list[BenchRow]) -> str:
+    """A markdown table; backward rows add forward+backward times and peak memory (portattn, SDPA default)."""
+    backward = any(r.mode == "backward" for r in rows)
     head = ["dtype", "d", "causal", "N", "B", "portattn TF/s", "rel err"]
     for name in SDPA_BACKENDS:
         head += [f"{name} TF/s", f"x {name}"]
+    if backward:
+        head += ["fwd+bwd ms", "default fwd+bwd ms", "peak MiB", "default peak MiB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     fmt = lambda x, spec: "—" if x is None else format(x, spec)  # noqa: E731
     for r in rows:
         cells = [r.dtype, str(r.head_dim), "yes" if r.causal else "no", str(r.seqlen), str(r.batch),
                  f"{r.portattn_tflops:.1f}", f"{r.max_rel_error:.1e}"]
         for name in SDPA_BACKENDS:
-            cells += [fmt(r.sdpa_tflops[name], ".1f"), fmt(r.ratio(name), ".2f")]
+            cells += [fmt(r.sdpa_tflops.get(name), ".1f"), fmt(r.ratio(name), ".2f")]
+        if backward:
+            cells += [fmt(r.fwdbwd_ms.get("portattn"), ".2f"), fmt(r.fwdbwd_ms.get("default"), ".2f"),
+                      fmt(r.peak_mib.get("portattn"), ".0f"), fmt(r.peak_mib.get("default"), ".0f")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def run(dtypes: list[str], head_dims: list[int], seqlens: list[int], causal: list[bool], json_path: str | None,
-        reps: int = 30, warmup: int = 5) -> list[BenchRow]:
+        reps: int = 30, warmup: int = 5, backward: bool = False) -> list[BenchRow]:
+    """Every configuration, printed as it completes; the rows also go to ``json_path`` when given."""
+    case = bench_backward_case if backward else bench_case
     rows = []
     for dtype in dtypes:
         for d in head_dims:
             for c in causal:
                 for n in seqlens:
-                    rows.append(bench_case(dtype, d, c, n, reps=reps, warmup=warmup))
+                    rows.append(case(dtype, d, c, n, reps=reps, warmup=warmup))
                     print(format_table(rows[-1:]).splitlines()[-1], flush=True)
     if json_path:
         with open(json_path, "w") as f:

@@ -27,7 +27,7 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"portattn bench --plot: {exc}", file=sys.stderr)
             return 2
     rows = run(args.dtype, args.head_dim, args.seqlen, [c == "yes" for c in args.causal], args.json,
-               reps=args.reps, warmup=args.warmup)
+               reps=args.reps, warmup=args.warmup, backward=args.backward)
     print()
     print(format_table(rows))
     if args.plot:
@@ -95,6 +95,7 @@ def _info(archs: list[str] | None) -> int:
     import torch
 
     from ..errors import PortattnError
+    from ..kernels import backward
     from ..kernels.forward import SHORT_SEQLEN, select
     from ..kernels.variant import DTYPES, HEAD_DIMS
     from ..runtime.cache import DiskCache
@@ -135,6 +136,12 @@ def _info(archs: list[str] | None) -> int:
                 print(f"  {dtype} d={d}: {choice}")
                 if short != choice:
                     print(f"  {dtype} d={d}, at most {SHORT_SEQLEN} queries: {short}")
+                try:
+                    plan = backward.select(target, dtype, d)
+                    grads = f"{plan.dkdv.label}; deterministic dQ: {plan.dq.label}"
+                except (PortattnError, NotImplementedError, ValueError) as exc:
+                    grads = f"unsupported ({exc})"
+                print(f"  {dtype} d={d}, backward: {grads}")
     return 0
 
 
@@ -182,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--json", default="portattn-bench.json")
     b.add_argument("--plot", metavar="PATH.png", help="also plot TFLOP/s vs sequence length (needs matplotlib)")
+    b.add_argument("--backward", action="store_true",
+                   help="time the backward (and forward+backward, peak memory) instead of the forward")
     p = sub.add_parser("plot", help="plot a bench JSON file (no GPU needed; needs matplotlib)")
     p.add_argument("json", help="file written by portattn bench --json")
     p.add_argument("-o", "--output", help="image path (default: the JSON path with .png)")

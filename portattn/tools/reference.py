@@ -36,3 +36,23 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor) -> float:
     num = torch.linalg.vector_norm((x64 - ref)[finite])
     den = torch.linalg.vector_norm(ref[finite])
     return float(num / den) if den > 0 else float(num)
+
+
+def reference_gradients(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, causal: bool = False,
+                        scale: float | None = None,
+                        grad_lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of exact softmax attention in float64 (autograd through the math): (dq, dk, dv) for the output
+    gradient ``dout`` and, when given, the gradient ``grad_lse`` of the natural-log LSE. Grouped-query K/V are
+    repeated for the product and their gradients summed back by autograd. Inputs ``[B, H, N, d]``."""
+    d = q.shape[-1]
+    scale = d**-0.5 if scale is None else scale
+    group = q.shape[1] // k.shape[1]
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    s = q64 @ k64.repeat_interleave(group, 1).transpose(-1, -2) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    out = torch.softmax(s, -1) @ v64.repeat_interleave(group, 1)
+    loss = (out * dout.double()).sum() + ((lse * grad_lse.double()).sum() if grad_lse is not None else 0.0)
+    dq, dk, dv = torch.autograd.grad(loss, (q64, k64, v64))
+    return dq, dk, dv

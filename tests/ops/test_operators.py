@@ -1,5 +1,5 @@
 """The torch operators behind portattn.attention, without a GPU: fake (meta) implementations, tracing with
-torch.export / torch.compile, and the refusal of inputs that require grad."""
+torch.export / torch.compile (forward and backward), and the clear refusals (no LSE, out=, double backward)."""
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -8,6 +8,7 @@ import portattn
 
 ATTENTION = torch.ops.portattn.attention.default
 ATTENTION_OUT = torch.ops.portattn.attention_out.default
+BACKWARD = torch.ops.portattn.attention_backward.default
 
 
 def meta(*shape, **kw):
@@ -35,25 +36,34 @@ def test_fake_shapes_dtypes_and_layout(return_lse):
 
 def test_operator_lse_is_empty_unless_asked():
     q = meta(1, 4, 9, 32)
-    out, lse = ATTENTION(q, q, q, False, 0.5, False)
+    out, lse = ATTENTION(q, q, q, False, 0.5, False, False)
     assert out.shape == q.shape and lse.shape == (0,) and lse.dtype == torch.float32
-    out, lse = ATTENTION(q, q, q, False, 0.5, True)
+    out, lse = ATTENTION(q, q, q, False, 0.5, True, False)
     assert lse.shape == (1, 4, 9)
     assert ATTENTION_OUT(q, q, q, torch.empty_like(q), True, 0.5, True).shape == (1, 4, 9)
 
 
-@pytest.mark.parametrize("op, extra", [(ATTENTION, ()), (ATTENTION_OUT, (meta(2, 4, 16, 64),))])
-def test_opcheck_registration(op, extra):
+@pytest.mark.parametrize("op, extra, tail", [(ATTENTION, (), (False,)), (ATTENTION_OUT, (meta(2, 4, 16, 64),), ())])
+def test_opcheck_registration(op, extra, tail):
     q, kv = meta(2, 4, 16, 64), meta(2, 2, 16, 64)
-    args = (q, kv, kv) + extra + (True, 0.125, True)
-    results = torch.library.opcheck(op, args)
+    args = (q, kv, kv) + extra + (True, 0.125, True) + tail
+    results = torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
     assert all(r == "SUCCESS" for r in results.values()), results
+
+
+def test_opcheck_backward_registration():
+    q, kv = meta(2, 4, 16, 64), meta(2, 2, 16, 64)
+    args = (meta(2, 4, 16, 64), q, kv, kv, meta(2, 4, 16, 64), meta(2, 4, 16), None, True, 0.125, False)
+    results = torch.library.opcheck(BACKWARD, args, test_utils=("test_schema", "test_faketensor"))
+    assert all(r == "SUCCESS" for r in results.values()), results
+    dq, dk, dv = BACKWARD(*args)
+    assert dq.shape == q.shape and dk.shape == kv.shape and dv.shape == kv.shape
 
 
 def test_cpu_tensors_have_no_kernel():
     q = torch.zeros(1, 1, 4, 64)
     with pytest.raises(NotImplementedError, match="portattn::attention"):
-        ATTENTION(q, q, q, False, 1.0, False)
+        ATTENTION(q, q, q, False, 1.0, False, False)
 
 
 class Block(torch.nn.Module):
@@ -81,7 +91,7 @@ def test_export_traces_one_operator_call():
     ep = _export(Block(), [(2, 50, 8, 64), (2, 60, 2, 64), (2, 60, 2, 64)])
     calls = [n for n in ep.graph.nodes if n.target is ATTENTION]
     assert len(calls) == 1
-    assert calls[0].args[3:] == (True, 0.125, True)
+    assert calls[0].args[3:] == (True, 0.125, True, False)
     output = next(n for n in ep.graph.nodes if n.op == "output")
     out, lse = (n.meta["val"] for n in output.args[0])
     assert out.shape == (2, 50, 8, 64) and lse.shape == (2, 8, 50)
@@ -98,30 +108,53 @@ def test_export_of_out_argument_declares_the_mutation():
 
 
 @pytest.mark.parametrize("fullgraph", [False, True])
-def test_compile_keeps_refusing_inputs_that_require_grad(fullgraph):
+def test_compile_traces_forward_and_backward_operators(fullgraph):
+    """AOTAutograd traces the forward operator and, for the backward graph, the backward operator (meta tensors
+    run their fake implementations)."""
     torch._dynamo.reset()
-    q = meta(1, 2, 8, 64, requires_grad=True)
-    k = meta(1, 2, 8, 64)
-    f = torch.compile(lambda q, k, v: portattn.attention(q, k, v) * 2, backend="eager", fullgraph=fullgraph)
-    if fullgraph:  # torch.compile reports every exception raised while tracing as its own error type
-        with pytest.raises(Exception, match="NotImplementedError"):
-            f(q, k, k)
-    else:
-        with pytest.raises(NotImplementedError, match="no backward pass"):
-            f(q, k, k)
+    seen = []
+
+    def backend(gm, example_inputs):
+        from functorch.compile import make_boxed_func
+        from torch._functorch.aot_autograd import aot_module_simplified
+
+        def record(graph, _):
+            seen.extend(n.target for n in graph.graph.nodes if n.op == "call_function")
+            return make_boxed_func(graph)
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=record, bw_compiler=record)
+
+    q = meta(1, 4, 8, 64, requires_grad=True)
+    k, v = meta(1, 2, 8, 64, requires_grad=True), meta(1, 2, 8, 64, requires_grad=True)
+    f = torch.compile(lambda q, k, v: ATTENTION(q, k, v, True, 0.125, True, False)[0] * 2, backend=backend,
+                      fullgraph=fullgraph)
+    out = f(q, k, v)
+    out.sum().backward()
+    assert ATTENTION in seen and BACKWARD in seen
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+def test_out_with_grad_is_refused():
+    q = meta(1, 2, 8, 64)
+    with pytest.raises(RuntimeError, match="out= is not differentiable"):
+        portattn.attention(q, q, q, out=meta(1, 2, 8, 64, requires_grad=True))
+    with pytest.raises(RuntimeError, match="out= is not differentiable"):
+        portattn.attention(q.requires_grad_(), q, q, out=meta(1, 2, 8, 64))
     with torch.no_grad():
         with pytest.raises(ValueError, match="portattn runs on a GPU"):  # past the grad check
-            portattn.attention(q, k, k)
+            portattn.attention(q, q, q, out=meta(1, 2, 8, 64))
 
 
-def test_out_that_requires_grad_is_refused():
-    q = meta(1, 2, 8, 64)
-    with pytest.raises(NotImplementedError, match="out must not require grad"):
-        portattn.attention(q, q, q, out=meta(1, 2, 8, 64, requires_grad=True))
-
-
-def test_operator_backward_is_refused():
+def test_operator_backward_without_lse_is_refused():
     q = meta(1, 2, 8, 64, requires_grad=True)
-    out, _ = ATTENTION(q, q, q, False, 0.125, False)
-    with pytest.raises(NotImplementedError, match="no backward pass"):
+    out, _ = ATTENTION(q, q, q, False, 0.125, False, False)
+    with pytest.raises(RuntimeError, match="return_lse=False"):
         out.sum().backward()
+
+
+def test_double_backward_is_refused():
+    q = meta(1, 2, 8, 64, requires_grad=True)
+    out, _ = ATTENTION(q, q, q, False, 0.125, True, False)
+    (grad_q,) = torch.autograd.grad(out.sum(), q, create_graph=True)
+    with pytest.raises(NotImplementedError, match="no double backward"):
+        grad_q.sum().backward()

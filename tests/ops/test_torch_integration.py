@@ -1,5 +1,6 @@
-"""portattn inside PyTorch on the GPU: the operators, torch.compile, CUDA graphs, the SDPA patch and a Hugging Face
-transformers model, each checked against the float64 reference."""
+"""portattn inside PyTorch on the GPU: the operators (forward and backward), torch.compile, CUDA graphs (inference and
+a training step), the SDPA patch and a Hugging Face transformers model, each checked against the float64
+reference."""
 import copy
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import portattn
-from portattn.tools.reference import reference_attention, relative_error
+from portattn.tools.reference import reference_attention, reference_gradients, relative_error
 
 pytestmark = pytest.mark.gpu
 TOL = 1e-5
@@ -22,11 +23,24 @@ def test_opcheck(gen):
     q, k, v = rand(gen, 2, 4, 65, 64), rand(gen, 2, 2, 65, 64), rand(gen, 2, 2, 65, 64)
     for return_lse in (False, True):
         for results in (
-            torch.library.opcheck(torch.ops.portattn.attention.default, (q, k, v, True, 0.125, return_lse)),
+            torch.library.opcheck(torch.ops.portattn.attention.default, (q, k, v, True, 0.125, return_lse, False)),
             torch.library.opcheck(torch.ops.portattn.attention_out.default,
                                   (q, k, v, torch.empty_like(q), True, 0.125, return_lse)),
         ):
             assert all(r == "SUCCESS" for r in results.values()), results
+
+
+def test_opcheck_with_autograd(gen):
+    """The forward operator with inputs that require grad (autograd registration, AOT dispatch with its backward),
+    and the backward operator itself."""
+    q, k, v = (t.requires_grad_() for t in (rand(gen, 2, 4, 65, 64), rand(gen, 2, 2, 65, 64), rand(gen, 2, 2, 65, 64)))
+    results = torch.library.opcheck(torch.ops.portattn.attention.default, (q, k, v, True, 0.125, True, True))
+    assert all(r == "SUCCESS" for r in results.values()), results
+    with torch.no_grad():
+        out, lse = torch.ops.portattn.attention(q, k, v, True, 0.125, True, True)
+    args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out, lse, None, True, 0.125, True)
+    results = torch.library.opcheck(torch.ops.portattn.attention_backward.default, args)
+    assert all(r == "SUCCESS" for r in results.values()), results
 
 
 class Block(torch.nn.Module):
@@ -125,14 +139,71 @@ def test_patch_sdpa_routes_on_gpu(gen):
         with torch.enable_grad():
             F.scaled_dot_product_attention(q.clone().requires_grad_(), q, q)
     assert F.scaled_dot_product_attention is original
-    assert stats.portattn == 2
-    assert dict(stats.fallback_reasons) == {"attn_mask": 1, "dtype": 1, "head_dim": 1, "requires_grad": 1}
+    assert stats.portattn == 3
+    assert dict(stats.fallback_reasons) == {"attn_mask": 1, "dtype": 1, "head_dim": 1}
     assert torch.equal(gqa, portattn.attention(q, k, v, causal=True)), "routed to portattn"
     ref, _ = reference_attention(q, k, v, causal=True)
     assert relative_error(gqa, ref) <= TOL
     ref, _ = reference_attention(q, q, q, scale=0.3)
     assert relative_error(scaled, ref) <= TOL
     assert torch.equal(masked, masked_expected)
+
+
+def _grads(fn, q, k, v, dout):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    return torch.autograd.grad(fn(*leaves), leaves, dout)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compile_fullgraph_training_step(gen, dtype):
+    """torch.compile(fullgraph=True) of a function with attention, differentiated: AOTAutograd traces the forward and
+    the backward operator; gradients match eager and float64."""
+    torch._dynamo.reset()
+
+    def f(q, k, v):
+        return portattn.attention(q * 2.0, k, v, causal=True) * 3.0
+
+    compiled = torch.compile(f, fullgraph=True)
+    for _ in range(2):
+        q, k, v = (rand(gen, 2, h, 190, 64).to(dtype) for h in (8, 2, 2))
+        dout = rand(gen, 2, 8, 190, 64).to(dtype)
+        got, eager = _grads(compiled, q, k, v, dout), _grads(f, q, k, v, dout)
+        refs = reference_gradients(q * 2.0, k, v, dout * 3.0, causal=True)
+        refs = (refs[0] * 2.0, refs[1], refs[2])
+        for g, e, r in zip(got, eager, refs):
+            assert relative_error(g, e.double()) <= (1e-6 if dtype == torch.float32 else 1e-2)
+            assert relative_error(g, r) <= (1e-5 if dtype == torch.float32 else 2e-2)
+
+
+def test_cuda_graph_training_step(gen):
+    """A forward and backward captured in one CUDA graph and replayed on new inputs."""
+    q, k, v = (rand(gen, 2, h, 300, 64) for h in (8, 2, 2))
+    dout = rand(gen, 2, 8, 300, 64)
+    for t in (q, k, v):
+        t.requires_grad_()
+
+    def step():
+        out = portattn.attention(q, k, v, causal=True)
+        return torch.autograd.grad(out, (q, k, v), dout)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_grads = step()
+    for _ in range(3):
+        with torch.no_grad():
+            for t in (q, k, v, dout):
+                t.copy_(torch.randn(t.shape, device="cuda", generator=gen))
+        for g in static_grads:
+            g.fill_(NAN)
+        graph.replay()
+        torch.cuda.synchronize()
+        for g, r in zip(static_grads, reference_gradients(q, k, v, dout, causal=True)):
+            assert relative_error(g, r) <= TOL
 
 
 def test_transformers_llama_gqa_runs_on_portattn(gen):

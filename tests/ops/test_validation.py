@@ -55,10 +55,12 @@ def test_bad_options(kwargs, exc, match):
         portattn.attention(q, q, q, **kwargs)
 
 
-def test_requires_grad_is_refused_clearly():
+def test_inputs_that_require_grad_pass_the_checks():
     q = t(1, 1, 4, 64, device="meta").requires_grad_()
-    with pytest.raises(NotImplementedError, match="no backward pass"):
+    with pytest.raises(ValueError, match="portattn runs on a GPU: q is on meta"):
         portattn.attention(q, q, q)
+    with pytest.raises(TypeError, match="deterministic must be a bool or None"):
+        portattn.attention(q, q, q, deterministic=1)
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 import portattn.tools.plot
-from portattn.kernels.forward import SHORT_SEQLEN, select, shipped_variants
+from portattn.kernels import shipped_variants
+from portattn.kernels.backward import BwdSpec
+from portattn.kernels.forward import SHORT_SEQLEN, select
 from portattn.runtime.compiler import clear_memory_cache
 from portattn.runtime.target import Target
 from portattn.tools.bench import BenchRow
@@ -35,6 +37,8 @@ def test_info_for_named_archs(capsys):
         for spec in shipped_variants(Target.for_arch(arch)):
             if spec == select(Target.for_arch(arch), spec.dtype, spec.head_dim):  # the selector's choice
                 assert f"  {spec.dtype} d={spec.head_dim}: {spec.label}\n" in text
+            if isinstance(spec, BwdSpec) and spec.stage == "dkdv" and spec.kernel == "mma":
+                assert f"  {spec.dtype} d={spec.head_dim}, backward: {spec.label}; deterministic dQ: " in text
     short = select(Target.for_arch("sm_90"), "float16", 128, seqlen_q=SHORT_SEQLEN)
     assert f"  float16 d=128, at most {SHORT_SEQLEN} queries: {short.label}\n" in text
     assert text.count("float32 d=64: pa_flash_fwd_mma[d=64,") == 2

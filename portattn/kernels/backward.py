@@ -1,0 +1,316 @@
+"""The backward kernel family: tile tables, variant choice and launch.
+
+Three kernels, one parameter struct (``PaBwdParams``, ``pa_bwd_params.cuh``):
+- ``flash_bwd_prep.cu``: delta = rowsum(dO * O), and the zeroed float32 sums of dQ (all dtypes, SIMT lanes);
+- ``flash_bwd_dkdv_mma.cu`` (``flash_bwd_dkdv_simt.cu``): per block of keys, dK and dV summed over the query heads
+  of its group, and (by default) dQ added into the float32 sums with atomics;
+- ``flash_bwd_dq_mma.cu`` (``flash_bwd_dq_simt.cu``): per block of queries, dQ in a fixed order; run instead of the
+  atomics when ``deterministic`` is asked for, so that two runs give the same bits.
+
+Tuning is data: ``DKDV_TILES`` / ``DQ_TILES`` (matrix units) and ``SIMT_DKDV_TILES`` / ``SIMT_DQ_TILES`` map (arch
+family, dtype, head dim) to a tile. For the dK/dV kernel ``block_n`` is the keys of a block and ``block_m`` the
+query tile it streams; for the dQ kernel ``block_m`` is the queries of a block and ``block_n`` the key tile.
+``split`` > 1 gives each block a slice of the head dim's columns (large head dims).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from ..errors import UnsupportedTargetError
+from ..runtime import loader
+from ..runtime.params import struct_from_header
+from ..runtime.target import Target
+from .variant import (
+    DTYPES,
+    HALF,
+    HEAD_DIMS,
+    KernelSpec,
+    Rows,
+    TileConfig,
+    dtype_name,
+    forced_kernel,
+    launch_target,
+    rows,
+)
+
+T = TileConfig
+F32 = ("float32",)
+
+# dK/dV kernel (block_n keys per block, block_m queries per streamed tile), matrix units. NVIDIA: two buffers of
+# the query tiles, so that their copies overlap the work (cp.async).
+_NV_DKDV = rows(HALF, {
+    32: T(block_m=64, block_n=128, threads=256, stages=2),
+    64: T(block_m=64, block_n=128, threads=256, stages=2),
+    96: T(block_m=32, block_n=128, threads=256, stages=2),
+    128: T(block_m=32, block_n=128, threads=256, stages=2),
+    256: T(block_m=32, block_n=64, threads=128, split=2, stages=2),
+}) | rows(F32, {
+    32: T(block_m=32, block_n=64, threads=128, stages=2),
+    64: T(block_m=32, block_n=64, threads=128, stages=2),
+    96: T(block_m=32, block_n=64, threads=128, split=2, stages=2),
+    128: T(block_m=32, block_n=64, threads=128, split=2, stages=2),
+})
+# dQ kernel (block_m queries per block, block_n keys per streamed tile), matrix units.
+_NV_DQ = rows(HALF, {
+    32: T(block_m=64, block_n=64, threads=128),
+    64: T(block_m=64, block_n=64, threads=128),
+    96: T(block_m=64, block_n=32, threads=128),
+    128: T(block_m=64, block_n=32, threads=128),
+    256: T(block_m=64, block_n=32, threads=128, split=2),
+}) | rows(F32, {
+    32: T(block_m=64, block_n=32, threads=128),
+    64: T(block_m=64, block_n=32, threads=128),
+    96: T(block_m=64, block_n=32, threads=128, split=2),
+    128: T(block_m=64, block_n=32, threads=128, split=2),
+})
+# 99 KiB of shared memory (sm86, sm89).
+_NV_DKDV_SMALL_SMEM = _NV_DKDV | rows(HALF, {
+    96: T(block_m=32, block_n=64, threads=128, stages=2),
+    128: T(block_m=32, block_n=64, threads=128, stages=2),
+    256: T(block_m=16, block_n=32, threads=64, split=2, stages=2),
+}) | rows(F32, {
+    96: T(block_m=16, block_n=32, threads=64, split=2, stages=2),
+    128: T(block_m=16, block_n=32, threads=64, split=2, stages=2),
+})
+_NV_DQ_SMALL_SMEM = _NV_DQ | rows(F32, {
+    96: T(block_m=32, block_n=32, threads=64, split=2),
+    128: T(block_m=32, block_n=32, threads=64, split=2),
+})
+# 64 KiB of LDS per CU, 64-lane waves of 16 rows each; one buffer of the query tiles (HIP's copies are synchronous).
+_AMD_DKDV = rows(HALF, {
+    32: T(block_m=64, block_n=64, threads=256),
+    64: T(block_m=64, block_n=64, threads=256),
+    96: T(block_m=32, block_n=64, threads=256),
+    128: T(block_m=32, block_n=64, threads=256),
+    256: T(block_m=16, block_n=32, threads=128, split=2),
+}) | rows(F32, {
+    32: T(block_m=32, block_n=64, threads=256),
+    64: T(block_m=32, block_n=64, threads=256),
+    96: T(block_m=16, block_n=32, threads=128),
+    128: T(block_m=16, block_n=32, threads=128),
+})
+_AMD_DQ = rows(HALF, {
+    32: T(block_m=64, block_n=64, threads=256),
+    64: T(block_m=64, block_n=64, threads=256),
+    96: T(block_m=64, block_n=32, threads=256),
+    128: T(block_m=64, block_n=32, threads=256),
+    256: T(block_m=32, block_n=16, threads=128, split=2),
+}) | rows(F32, {
+    32: T(block_m=64, block_n=32, threads=256),
+    64: T(block_m=64, block_n=32, threads=256),
+    96: T(block_m=32, block_n=32, threads=128),
+    128: T(block_m=32, block_n=16, threads=128),
+})
+_AMD_DKDV_NO_BF16 = {key: tile for key, tile in _AMD_DKDV.items() if key[0] != "bfloat16"}
+_AMD_DQ_NO_BF16 = {key: tile for key, tile in _AMD_DQ.items() if key[0] != "bfloat16"}
+
+DKDV_TILES: dict[str, Rows] = {
+    "sm80": _NV_DKDV, "sm86": _NV_DKDV_SMALL_SMEM, "sm90": _NV_DKDV,
+    "cdna1": _AMD_DKDV_NO_BF16, "cdna2": _AMD_DKDV, "cdna3": _AMD_DKDV, "rdna3": {},
+}
+DQ_TILES: dict[str, Rows] = {
+    "sm80": _NV_DQ, "sm86": _NV_DQ_SMALL_SMEM, "sm90": _NV_DQ,
+    "cdna1": _AMD_DQ_NO_BF16, "cdna2": _AMD_DQ, "cdna3": _AMD_DQ, "rdna3": {},
+}
+# SIMT float32 kernels (the portable fallback: float32 d = 256, RDNA, PORTATTN_KERNEL=simt).
+_NV_SIMT_DKDV = rows(F32, {d: T(block_m=32, block_n=32, threads=256) for d in HEAD_DIMS})
+_NV_SIMT_DQ = rows(F32, {d: T(block_m=32, block_n=32, threads=256) for d in HEAD_DIMS})
+_SMALL_SIMT_DKDV = _NV_SIMT_DKDV | rows(F32, {256: T(block_m=16, block_n=16, threads=128)})
+_SMALL_SIMT_DQ = _NV_SIMT_DQ | rows(F32, {256: T(block_m=16, block_n=16, threads=128)})
+# 64 KiB of LDS per CU: two or more 4-wave workgroups per CU, except d = 256 (one).
+_AMD_SIMT_DKDV = rows(F32, {d: T(block_m=16, block_n=16, threads=256) for d in (32, 64, 96)}) | rows(F32, {
+    128: T(block_m=8, block_n=16, threads=256),
+    256: T(block_m=8, block_n=8, threads=256),
+})
+_AMD_SIMT_DQ = rows(F32, {d: T(block_m=16, block_n=16, threads=256) for d in (32, 64, 96)}) | rows(F32, {
+    128: T(block_m=16, block_n=8, threads=256),
+    256: T(block_m=8, block_n=8, threads=256),
+})
+SIMT_DKDV_TILES: dict[str, Rows] = {
+    "sm80": _NV_SIMT_DKDV, "sm86": _SMALL_SIMT_DKDV, "sm90": _NV_SIMT_DKDV,
+    "cdna1": _AMD_SIMT_DKDV, "cdna2": _AMD_SIMT_DKDV, "cdna3": _AMD_SIMT_DKDV, "rdna3": _AMD_SIMT_DKDV,
+}
+SIMT_DQ_TILES: dict[str, Rows] = {
+    "sm80": _NV_SIMT_DQ, "sm86": _SMALL_SIMT_DQ, "sm90": _NV_SIMT_DQ,
+    "cdna1": _AMD_SIMT_DQ, "cdna2": _AMD_SIMT_DQ, "cdna3": _AMD_SIMT_DQ, "rdna3": _AMD_SIMT_DQ,
+}
+# The first kernel, per lane count: rows of PREP_ROW_LANES lanes, PREP_THREADS threads per block.
+PREP_ROW_LANES = 16
+PREP_THREADS = 256
+
+BwdParams = struct_from_header("pa_bwd_params.cuh", "PaBwdParams")
+STAGES = ("prep", "dkdv", "dq")
+
+
+@dataclass(frozen=True)
+class BwdSpec(KernelSpec):
+    """One backward kernel: ``stage`` is "prep", "dkdv" or "dq"."""
+
+    stage: str = "dkdv"
+
+    FILES = {
+        ("mma", "prep"): ("flash_bwd_prep.cu", "pa_flash_bwd_prep"),
+        ("mma", "dkdv"): ("flash_bwd_dkdv_mma.cu", "pa_flash_bwd_dkdv_mma"),
+        ("mma", "dq"): ("flash_bwd_dq_mma.cu", "pa_flash_bwd_dq_mma"),
+        ("simt", "dkdv"): ("flash_bwd_dkdv_simt.cu", "pa_flash_bwd_dkdv_simt"),
+        ("simt", "dq"): ("flash_bwd_dq_simt.cu", "pa_flash_bwd_dq_simt"),
+    }
+    KERNELS = {"mma": FILES[("mma", "dkdv")], "simt": FILES[("simt", "dkdv")]}
+
+    @property
+    def filename(self) -> str:
+        return self.FILES[(self.kernel, self.stage)][0]
+
+    @property
+    def function(self) -> str:
+        return self.FILES[(self.kernel, self.stage)][1]
+
+    def family_defines(self) -> dict[str, int]:
+        t = self.tile
+        if self.stage == "prep":
+            return {"PA_ROW_LANES": t.row_lanes}
+        if self.kernel == "simt":
+            return {}
+        stages = {"PA_STAGES": t.stages} if self.stage == "dkdv" else {}
+        return {"PA_SPLIT": t.split, "PA_MIN_BLOCKS": t.min_blocks} | stages
+
+    @property
+    def smem_bytes(self) -> int:
+        """mma dkdv: K and V tiles, ``stages`` buffers of Q and dO tiles (rows padded by 16 bytes), the dS tile
+        [block_m][block_n + 16 bytes] and ``stages`` buffers of the LSE and delta rows; mma dq: Q, dO, K and V tiles
+        and the rows; simt: the four float32 tiles (rows padded by 4 floats), the P and dS tiles (rows padded by one
+        float) and the rows. prep: none."""
+        t = self.tile
+        if self.stage == "prep":
+            return 0
+        if self.kernel == "simt":
+            row = self.head_dim + 4
+            tile = t.block_n * (t.block_m + 1) if self.stage == "dkdv" else t.block_m * (t.block_n + 1)
+            return 4 * (2 * (t.block_m + t.block_n) * row + 2 * tile + 2 * t.block_m)
+        size = 4 if self.dtype == "float32" else 2
+        row = self.head_dim + 16 // size
+        if self.stage == "dkdv":
+            tiles = 2 * t.block_n * row + 2 * t.stages * t.block_m * row + t.block_m * (t.block_n + 16 // size)
+            return size * tiles + 8 * t.stages * t.block_m
+        return size * (2 * t.block_m * row + 2 * t.block_n * row) + 8 * t.block_m
+
+
+@dataclass(frozen=True)
+class BwdPlan:
+    """The kernels of one backward: delta and zeroed dQ sums, dK/dV (with atomic dQ), and the deterministic dQ."""
+
+    prep: BwdSpec
+    dkdv: BwdSpec
+    dq: BwdSpec
+
+    @property
+    def specs(self) -> tuple[BwdSpec, BwdSpec, BwdSpec]:
+        return (self.prep, self.dkdv, self.dq)
+
+
+TABLES: dict[str, tuple[dict[str, Rows], dict[str, Rows]]] = {
+    "mma": (DKDV_TILES, DQ_TILES),
+    "simt": (SIMT_DKDV_TILES, SIMT_DQ_TILES),
+}
+
+
+def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None) -> BwdPlan:
+    """The backward kernels for ``dtype`` and ``head_dim`` on ``target``; ``kernel`` ("mma" or "simt") asks for one
+    implementation."""
+    fam = target.family
+    if dtype not in DTYPES:
+        raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head dim {head_dim} is not supported; supported: {', '.join(map(str, HEAD_DIMS))}")
+    if kernel is not None and kernel not in ("mma", "simt"):
+        raise ValueError(f"kernel must be one of mma, simt or None, got {kernel!r}")
+    key = (dtype, head_dim)
+    chosen = kernel or next((k for k in TABLES if key in TABLES[k][0].get(fam, {})), None)
+    if chosen is None or chosen not in TABLES or key not in TABLES[chosen][0].get(fam, {}):
+        which = f"{kernel} backward kernel" if kernel else "backward kernel"
+        raise NotImplementedError(f"{dtype} attention has no {which} for {target.tuning_arch} at head dim "
+                                  f"{head_dim} yet")
+    dkdv_rows, dq_rows = TABLES[chosen]
+    prep_tile = T(block_m=PREP_THREADS // PREP_ROW_LANES, block_n=0, threads=PREP_THREADS, row_lanes=PREP_ROW_LANES)
+    base = BwdSpec(chosen, dtype, head_dim, dkdv_rows[fam][key], target.lanes, target.emulated)
+    # The first kernel is the same for both implementations (it reads the input type, so it is built as "mma").
+    plan = BwdPlan(replace(base, kernel="mma", tile=prep_tile, stage="prep"), base,
+                   replace(base, tile=dq_rows[fam][key], stage="dq"))
+    for spec in plan.specs:
+        spec.check_fits(target)
+    return plan
+
+
+def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
+    """Whether the tables give ``target`` a backward for ``dtype`` (a torch dtype or its name) and ``head_dim``."""
+    try:
+        select(target, dtype_name(dtype), head_dim)
+    except (NotImplementedError, UnsupportedTargetError, ValueError):
+        return False
+    return True
+
+
+def shipped_variants(target: Target) -> list[BwdSpec]:
+    """Every backward kernel portattn can use on ``target``."""
+    fam = target.family
+    specs: list[BwdSpec] = []
+    for kernel, (dkdv_rows, _) in TABLES.items():
+        for dt in DTYPES:
+            for d in HEAD_DIMS:
+                if (dt, d) in dkdv_rows.get(fam, {}):
+                    specs += [s for s in select(target, dt, d, kernel).specs if s not in specs]
+    return specs
+
+
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    """Element strides of dims 0..2; a size-1 dim gets stride 0 (it is never stepped)."""
+    return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
+
+
+def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+        grad_lse: torch.Tensor | None, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool,
+        scale: float, deterministic: bool) -> None:
+    """Launch the backward on ``q``'s device and torch's current stream: dq, dk, dv receive the gradients. Inputs are
+    validated, non-empty, in a layout the kernels read in place, and ``scale >= 0``; lse is the forward's, and
+    grad_lse (float32, contiguous, or None) the gradient that reaches it."""
+    target = launch_target(q.device)
+    plan = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel())
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    _, heads_kv, seqlen_k, _ = k.shape
+    delta = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    lse_log2 = torch.empty_like(delta)
+    dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    num_m_blocks = -(-seqlen_q // plan.dq.tile.block_m)
+    num_n_blocks = -(-seqlen_k // plan.dkdv.tile.block_n)
+    p = BwdParams(
+        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(), lse=lse.data_ptr(),
+        lse_log2=lse_log2.data_ptr(), delta=delta.data_ptr(),
+        dq_accum=dq_accum.data_ptr() if dq_accum is not None else None,
+        dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
+        batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k, causal=int(causal),
+        scale=scale, scale_log2=scale * 1.4426950408889634, num_m_blocks=num_m_blocks, num_n_blocks=num_n_blocks,
+        dq_atomic=int(not deterministic),
+    )
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("do", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
+        sb, sh, sn = _strides(t)
+        setattr(p, f"{name}_sb", sb)
+        setattr(p, f"{name}_sh", sh)
+        setattr(p, f"{name}_sn", sn)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    device = q.device.index
+    grids = {
+        "prep": -(-batch * heads_q * seqlen_q // plan.prep.tile.block_m),
+        "dkdv": num_n_blocks * plan.dkdv.tile.split * batch * heads_kv,
+        "dq": num_m_blocks * plan.dq.tile.split * batch * heads_q,
+    }
+    for spec in plan.specs if deterministic else plan.specs[:2]:
+        if grids[spec.stage] >= 2**31:
+            raise ValueError(f"problem too large: {grids[spec.stage]} blocks for {spec.function} (must be < 2**31)")
+        fn = loader.kernel_function(spec, target, device)
+        loader.launch(target, fn, grids[spec.stage], spec.tile.threads, spec.smem_bytes, p, stream)
+        if spec.stage == "prep" and grad_lse is not None:  # the LSE's own gradient: dS = P (dP - delta + grad_lse)
+            delta.sub_(grad_lse)
+    if not deterministic:
+        dq.copy_(dq_accum)

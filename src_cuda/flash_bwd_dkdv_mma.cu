@@ -1,0 +1,196 @@
+// FlashAttention backward on the matrix units, per block of keys: dK and dV (and, with p.dq_atomic, the sums of dQ)
+// for PA_BLOCK_N keys of one (batch, key/value head), over every query head of its group and every query tile.
+//
+// The waves split the block's keys into PA_MMA_M-row tiles (MT per wave) and hold their rows of dK and dV in
+// registers for the whole block: grouped-query heads add into the same registers, nothing is repeated in memory.
+// Per query tile of PA_BLOCK_M rows, with K and V in shared memory for the whole block and Q, dO, LSE and delta
+// streamed through PA_STAGES buffers (2: the next tile's copies run while the current one is computed):
+//   S^T = K Q^T, dP^T = V dO^T                   (pa_tile_qk: rows are keys)
+//   P^T = exp2(S^T scale log2(e) - LSE), dS^T = scale P^T (dP^T - delta)            (pa_bwd.cuh)
+//   dV += P^T dO, dK += dS^T Q                     (pa_tile_pv: the probabilities stay in registers)
+//   dQ += dS K                                     (dS^T through shared memory; float32 atomic adds into dq_accum)
+// PA_SPLIT > 1 gives each block 1 / PA_SPLIT of the head dim's columns of dK, dV and dQ (S and dP are computed
+// whole by each): the accumulators of large head dims then fit the registers.
+//
+// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_SPLIT, PA_STAGES,
+// PA_MIN_BLOCKS, PA_SMEM_BYTES, PA_BF16, PA_F32.
+#include "pa_bwd.cuh"
+
+#if !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_SPLIT) || !defined(PA_STAGES) || \
+    !defined(PA_MIN_BLOCKS) || !defined(PA_SMEM_BYTES)
+#error "PA_BLOCK_M, PA_BLOCK_N, PA_SPLIT, PA_STAGES, PA_MIN_BLOCKS and PA_SMEM_BYTES must be defined by the host"
+#endif
+#if PA_MMA_WGMMA
+#error "the backward kernels run on the synchronous tile products"
+#endif
+
+namespace {
+
+constexpr int D = PA_HEAD_DIM;
+constexpr int BM = PA_BLOCK_M;  // query rows per tile
+constexpr int BN = PA_BLOCK_N;  // keys per block
+constexpr int WAVES = PA_THREADS / PA_WARP_SIZE;
+constexpr int MT = BN / (WAVES * PA_MMA_M);  // key row tiles per wave
+constexpr int SM = BM / PA_MMA_N;            // score column tiles (queries)
+constexpr int DC = D / PA_SPLIT;             // head-dim columns of this block's dK, dV and dQ
+constexpr int OC = DC / PA_MMA_N;            // their column tiles
+constexpr int LDS = BN + PA_TILE_CHUNK;      // padded row of the dS tile (elements)
+constexpr int QT = pa_tile_elems<BM>();      // elements of one Q or dO buffer
+constexpr int STAGES = PA_STAGES;            // buffers of the streamed query tiles
+static_assert(STAGES == 1 || STAGES == 2, "PA_STAGES must be 1 or 2");
+
+static_assert(PA_THREADS % PA_WARP_SIZE == 0 && MT >= 1 && BN == WAVES * PA_MMA_M * MT, "bad PA_BLOCK_N / PA_THREADS");
+static_assert(SM % PA_MMA_B_TILES == 0 && BM % PA_MMA_K == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_M");
+static_assert(D % PA_SPLIT == 0 && DC % (PA_MMA_N * PA_MMA_B_TILES) == 0 && D % PA_MMA_K == 0, "bad PA_SPLIT");
+// K and V, the buffers of Q and dO, the dS tile, the buffers of LSE and delta.
+constexpr int SMEM = (int)sizeof(pa_elem) * (2 * pa_tile_elems<BN>() + 2 * STAGES * QT + BM * LDS) + 8 * STAGES * BM;
+static_assert(PA_SMEM_BYTES == SMEM,
+              "the host's shared-memory size (PA_SMEM_BYTES) does not match this kernel's tiles");
+
+// dS^T (this wave's key rows, the tile's query columns) into the [query][key] tile ds_s.
+PA_DEVICE void store_ds_transposed(const pa_mma_c (&ds)[MT][SM], pa_elem* ds_s) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < PA_MMA_C_ROWS; ++r)
+#pragma unroll
+            for (int j = 0; j < SM; ++j)
+#pragma unroll
+                for (int e = 0; e < PA_MMA_C_COLS; ++e)
+                    pa_store_elem(ds_s + (j * PA_MMA_N + pa_mma_c_col(e)) * LDS + pa_wave_row<MT>(mt) + pa_mma_c_row(r),
+                                  ds[mt][j][r * PA_MMA_C_COLS + e]);
+}
+
+// dq_accum rows m0.. (columns c0..) += dS K: the BM x DC product split into units of PA_MMA_M rows and
+// PA_MMA_B_TILES column tiles, spread over the waves, each added with float32 atomics.
+PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq, int m0, int rows, int c0) {
+    constexpr int COL_UNITS = OC / PA_MMA_B_TILES;
+    constexpr int UNITS = (BM / PA_MMA_M) * COL_UNITS;
+    for (int u = pa_wave_id(); u < UNITS; u += WAVES) {
+        const int rt = u / COL_UNITS, ct = u % COL_UNITS;
+        pa_mma_c part[PA_MMA_B_TILES];
+#pragma unroll
+        for (int t = 0; t < PA_MMA_B_TILES; ++t)
+#pragma unroll
+            for (int i = 0; i < PA_MMA_C_REGS; ++i) part[t][i] = 0.f;
+#pragma unroll
+        for (int k0 = 0; k0 < BN; k0 += PA_MMA_K) {
+            pa_mma_a a;
+            pa_mma_load_a_kn(a, ds_s + rt * PA_MMA_M * LDS + k0, LDS);
+            pa_mma_b b;
+            pa_mma_load_b_kn(b, k_s + pa_tile_offset<BN>(k0, c0 + ct * PA_MMA_B_TILES * PA_MMA_N), PA_TILE_LD);
+#pragma unroll
+            for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(part[t], a, b, t);
+        }
+#pragma unroll
+        for (int t = 0; t < PA_MMA_B_TILES; ++t)
+#pragma unroll
+            for (int rr = 0; rr < PA_MMA_C_ROWS; ++rr) {
+                const int row = m0 + rt * PA_MMA_M + pa_mma_c_row(rr);
+                if (row >= rows) continue;
+                float* dst = dq + (pa_i64)row * D + c0 + (ct * PA_MMA_B_TILES + t) * PA_MMA_N;
+                if constexpr (PA_MMA_C_COLS == 2) {  // two adjacent columns: one paired reduction
+                    pa_atomic_add2(dst + pa_mma_c_col(0), part[t][rr * 2], part[t][rr * 2 + 1]);
+                } else {
+#pragma unroll
+                    for (int cc = 0; cc < PA_MMA_C_COLS; ++cc)
+                        atomicAdd(dst + pa_mma_c_col(cc), part[t][rr * PA_MMA_C_COLS + cc]);
+                }
+            }
+    }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash_bwd_dkdv_mma(const PaBwdParams p) {
+    extern __shared__ float4 pa_smem4[];
+    pa_elem* k_s = reinterpret_cast<pa_elem*>(pa_smem4);
+    pa_elem* v_s = k_s + pa_tile_elems<BN>();
+    pa_elem* q_s = v_s + pa_tile_elems<BN>();  // STAGES buffers each of Q and dO
+    pa_elem* do_s = q_s + STAGES * QT;
+    pa_elem* ds_s = do_s + STAGES * QT;
+    float* lse_s = reinterpret_cast<float*>(ds_s + BM * LDS);  // STAGES buffers each of LSE (log2 units) and delta
+    float* delta_s = lse_s + STAGES * BM;
+
+    const PaMask mask = pa_bwd_mask(p);
+    // Block x: key block n of (batch, key/value head) bh, column slice c; consecutive blocks take the key blocks of
+    // one head, which share its Q and dO in the L2 cache.
+    const int per_head = p.num_n_blocks * PA_SPLIT;
+    const int n_block = blockIdx.x % per_head / PA_SPLIT, c0 = blockIdx.x % PA_SPLIT * DC;
+    const int b = blockIdx.x / per_head / p.heads_kv, h_kv = blockIdx.x / per_head % p.heads_kv;
+    const int n0 = n_block * BN;
+    const int group = p.heads_q / p.heads_kv;
+
+    const PaTileLoader<BN> kv_loader;
+    kv_loader.start(k_s, static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh + (pa_i64)n0 * p.k_sn, p.k_sn,
+                    p.seqlen_k - n0);
+    kv_loader.start(v_s, static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh + (pa_i64)n0 * p.v_sn, p.v_sn,
+                    p.seqlen_k - n0);
+
+    // The query tiles of every head of the group, in order: tile t holds query rows m_first + (t % per_group) BM..
+    // of head h_kv group + t / per_group. start_tile(t) starts copying tile t into buffer t % STAGES.
+    const int m_first = pa_mask_first_row(mask, n0) / BM * BM;
+    const int per_group = m_first < p.seqlen_q ? (p.seqlen_q - m_first + BM - 1) / BM : 0;
+    const int tiles = per_group * group;
+    const PaTileLoader<BM> q_loader;
+    auto start_tile = [&](int t) {
+        const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM, buf = t % STAGES;
+        q_loader.start(q_s + buf * QT, static_cast<const pa_elem*>(p.q) + b * p.q_sb + h * p.q_sh + (pa_i64)m0 * p.q_sn,
+                       p.q_sn, p.seqlen_q - m0);
+        q_loader.start(do_s + buf * QT,
+                       static_cast<const pa_elem*>(p.dout) + b * p.do_sb + h * p.do_sh + (pa_i64)m0 * p.do_sn, p.do_sn,
+                       p.seqlen_q - m0);
+        const pa_i64 row = ((pa_i64)b * p.heads_q + h) * p.seqlen_q + m0;
+        for (int i = threadIdx.x; i < BM; i += PA_THREADS) {
+            const bool ok = m0 + i < p.seqlen_q;  // rows past the end get 0: their Q and dO rows are zeros
+            pa_async_copy4(lse_s + buf * BM + i, ok ? p.lse_log2 + row + i : p.lse_log2, ok);
+            pa_async_copy4(delta_s + buf * BM + i, ok ? p.delta + row + i : p.delta, ok);
+        }
+    };
+    if (tiles > 0) start_tile(0);
+    pa_async_commit();
+
+    pa_mma_c dk[MT][OC], dv[MT][OC];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < OC; ++j)
+#pragma unroll
+            for (int i = 0; i < PA_MMA_C_REGS; ++i) dk[mt][j][i] = dv[mt][j][i] = 0.f;
+
+    for (int t = 0; t < tiles; ++t) {
+        const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM, buf = t % STAGES;
+        pa_async_wait<0>();
+        __syncthreads();  // tile t has landed; every wave is done with tile t - 1 (its buffers and the dS tile)
+        if (STAGES == 2 && t + 1 < tiles) {
+            start_tile(t + 1);
+            pa_async_commit();
+        }
+        const pa_elem* q_t = q_s + buf * QT;
+        const pa_elem* do_t = do_s + buf * QT;
+
+        pa_mma_c s[MT][SM], ds[MT][SM];
+        pa_tile_qk<MT, SM, BN, BM>(s, k_s, q_t);
+        pa_tile_qk<MT, SM, BN, BM>(ds, v_s, do_t);
+        pa_bwd_grads<true>(s, ds, lse_s + buf * BM, delta_s + buf * BM, mask, p.scale_log2, p.scale, n0, m0, m0,
+                           pa_mask_tile_partial(mask, m0, n0, BN));
+        pa_tile_pv<MT, OC, BM, SM>(dv, s, do_t + c0);
+        pa_tile_pv<MT, OC, BM, SM>(dk, ds, q_t + c0);
+        if (p.dq_atomic) {
+            store_ds_transposed(ds, ds_s);
+            __syncthreads();
+            add_dq(ds_s, k_s, p.dq_accum + ((pa_i64)b * p.heads_q + h) * p.seqlen_q * D, m0, p.seqlen_q, c0);
+        }
+        if (STAGES == 1 && t + 1 < tiles) {
+            __syncthreads();  // every wave is done with the one buffer
+            start_tile(t + 1);
+            pa_async_commit();
+        }
+    }
+    pa_async_wait<0>();  // K and V of a block that no query sees
+
+    pa_elem* dk_out = static_cast<pa_elem*>(p.dk) + b * p.dk_sb + h_kv * p.dk_sh + c0;
+    pa_elem* dv_out = static_cast<pa_elem*>(p.dv) + b * p.dv_sb + h_kv * p.dv_sh + c0;
+    pa_bwd_store_rows(dk, dk_out + (pa_i64)n0 * p.dk_sn, p.dk_sn, 0, p.seqlen_k - n0, 1.f);
+    pa_bwd_store_rows(dv, dv_out + (pa_i64)n0 * p.dv_sn, p.dv_sn, 0, p.seqlen_k - n0, 1.f);
+}

@@ -1,0 +1,181 @@
+"""The backward: gradients of q, k and v against float64 autograd and against SDPA's own backward in the same dtype,
+on every target the machine executes (on NVIDIA: native 32-lane warps and the wave64 emulation)."""
+import pytest
+import torch
+
+import portattn
+from portattn.kernels import backward
+from portattn.tools.reference import reference_gradients
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_target")]
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+HEAD_DIMS = (32, 64, 96, 128, 256)
+
+
+def rand(gen, dtype, *shape):
+    return torch.randn(*shape, device="cuda", generator=gen).to(dtype)
+
+
+def max_rel(x: torch.Tensor, ref: torch.Tensor, largest: torch.Tensor | float | None = None) -> float:
+    """The largest error relative to the largest gradient (``largest``, default the largest element of ``ref``);
+    NaN anywhere gives NaN."""
+    x64 = x.double()
+    if bool(torch.isnan(x64).any()):
+        return float("nan")
+    largest = ref.abs().max() if largest is None else largest
+    return float((x64 - ref).abs().max() / max(float(largest), 1e-30))
+
+
+def sdpa_grads(q, k, v, dout, causal, scale):
+    """SDPA's backward (its default backend choice) on the same inputs."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal, scale=scale,
+                                                           enable_gqa=q.shape[1] != k.shape[1])
+    return torch.autograd.grad(out, leaves, dout)
+
+
+def portattn_grads(q, k, v, dout, causal=False, scale=None, deterministic=None):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = portattn.attention(*leaves, causal=causal, scale=scale, deterministic=deterministic)
+    return torch.autograd.grad(out, leaves, dout)
+
+
+# Allowed beyond twice SDPA's error. float32: the backward's delta = rowsum(dO * O) carries the rounding of the
+# forward's float32 output into dS (a few 1e-7 relative, times the row's length), which SDPA's more precise float32
+# forward does not have; measured up to 5e-6 relative to the largest gradient (SDPA: up to 1e-6).
+SLACK = {torch.float32: 5e-6, torch.float16: 1e-6, torch.bfloat16: 1e-6}
+
+
+def check(q, k, v, causal=False, scale=None, against_sdpa=True, gen=None):
+    """portattn's gradient errors against float64 at most twice SDPA's backward's (plus SLACK)."""
+    dout = torch.randn(q.shape, device="cuda", generator=gen).to(q.dtype)
+    refs = reference_gradients(q, k, v, dout, causal, scale)
+    got = portattn_grads(q, k, v, dout, causal, scale)
+    sdpa = sdpa_grads(q, k, v, dout, causal, scale) if against_sdpa else None
+    largest = max(float(r.abs().max()) for r in refs)  # errors are relative to the largest gradient
+    for i, name in enumerate(("dq", "dk", "dv")):
+        assert got[i].shape == refs[i].shape and got[i].dtype == q.dtype
+        err = max_rel(got[i], refs[i], largest)
+        assert err == err, f"NaN in {name}"
+        if sdpa is not None:
+            sdpa_err = max_rel(sdpa[i], refs[i], largest)
+            assert err <= 2 * sdpa_err + SLACK[q.dtype], f"{name}: portattn {err:.3e} vs SDPA {sdpa_err:.3e}"
+        else:
+            assert err <= {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}[q.dtype], (name, err)
+
+
+@pytest.fixture
+def needs_backward(on_target, request):
+    def need(dtype, d=64):
+        if not backward.has_kernel(on_target, dtype, d):
+            pytest.skip(f"no backward kernel for {on_target}, {dtype}, d={d}")
+    return need
+
+
+@pytest.mark.parametrize("nq,nk", [(1, 1), (17, 17), (200, 200), (130, 333), (333, 130)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_gradients(gen, needs_backward, dtype, d, causal, nq, nk):
+    needs_backward(dtype, d)
+    q = rand(gen, dtype, 2, 3, nq, d)
+    k, v = rand(gen, dtype, 2, 3, nk, d), rand(gen, dtype, 2, 3, nk, d)
+    check(q, k, v, causal=causal, gen=gen)
+
+
+@pytest.mark.parametrize("n", [1024, 4097])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_long_causal(gen, needs_backward, dtype, d, n):
+    needs_backward(dtype, d)
+    q, k, v = (rand(gen, dtype, 1, 2, n, d) for _ in range(3))
+    check(q, k, v, causal=True, gen=gen)
+
+
+@pytest.mark.parametrize("hq,hk", [(8, 2), (6, 1)])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_grouped_query_bshd_views_and_scale(gen, needs_backward, dtype, hq, hk):
+    """dK and dV sum over each group of query heads; BSHD .transpose(1, 2) views are read in place."""
+    needs_backward(dtype, 128)
+    b, n, d = 2, 257, 128
+    q = rand(gen, dtype, b, n, hq, d).transpose(1, 2)
+    k, v = (rand(gen, dtype, b, n + 30, hk, d).transpose(1, 2) for _ in range(2))
+    check(q, k, v, causal=True, gen=gen)
+    check(q, k, v, scale=0.3, against_sdpa=False, gen=gen)
+
+
+@pytest.mark.parametrize("scale", [-0.3, 0.0])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_negative_and_zero_scale(gen, needs_backward, dtype, scale):
+    needs_backward(dtype)
+    q, k, v = (rand(gen, dtype, 1, 2, 150, 64) for _ in range(3))
+    for causal in (False, True):
+        check(q, k, v, causal=causal, scale=scale, against_sdpa=False, gen=gen)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_lse_gradient(gen, needs_backward, dtype):
+    """A loss that uses the returned LSE: its gradient flows into q and k."""
+    needs_backward(dtype)
+    q, k, v = (rand(gen, dtype, 2, 2, 190, 64) for _ in range(3))
+    dout = rand(gen, dtype, 2, 2, 190, 64)
+    grad_lse = torch.randn(2, 2, 190, device="cuda", generator=gen)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, lse = portattn.attention(*leaves, causal=True, return_lse=True)
+    got = torch.autograd.grad((out, lse), leaves, (dout, grad_lse))
+    refs = reference_gradients(q, k, v, dout, True, None, grad_lse)
+    tol = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}[dtype]
+    largest = max(float(r.abs().max()) for r in refs)
+    for name, g, ref in zip(("dq", "dk", "dv"), got, refs):
+        assert max_rel(g, ref, largest) <= tol, (name, max_rel(g, ref, largest))
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_deterministic_gradients_are_bitwise_repeatable(gen, needs_backward, dtype):
+    needs_backward(dtype, 128)
+    q = rand(gen, dtype, 2, 8, 700, 128)
+    k, v = rand(gen, dtype, 2, 2, 900, 128), rand(gen, dtype, 2, 2, 900, 128)
+    dout = rand(gen, dtype, 2, 8, 700, 128)
+    first = portattn_grads(q, k, v, dout, causal=True, deterministic=True)
+    second = portattn_grads(q, k, v, dout, causal=True, deterministic=True)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    atomic = portattn_grads(q, k, v, dout, causal=True, deterministic=False)
+    refs = reference_gradients(q, k, v, dout, True)
+    largest = max(float(r.abs().max()) for r in refs)
+    for a, b, ref in zip(first, atomic, refs):
+        ea, eb = max_rel(a, ref, largest), max_rel(b, ref, largest)
+        assert ea <= 2 * eb + 1e-6 and eb <= 2 * ea + 1e-6, (ea, eb)
+
+
+def test_torch_deterministic_setting_is_followed(gen, needs_backward):
+    needs_backward(torch.float16)
+    q, k, v = (rand(gen, torch.float16, 1, 4, 300, 64) for _ in range(3))
+    dout = rand(gen, torch.float16, 1, 4, 300, 64)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = [portattn_grads(q, k, v, dout) for _ in range(2)]
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_extra_memory_is_linear_in_sequence_length(gen, needs_backward, on_target):
+    """The forward keeps the LSE, never the N x N matrix: the backward's peak memory beyond its inputs and outputs is
+    a few [batch, heads, N, d] float32 buffers."""
+    if on_target.emulated:
+        pytest.skip("memory is the same on both lane mappings; measured once")
+    needs_backward(torch.bfloat16, 128)
+    b, h, n, d = 1, 8, 8192, 128
+    q, k, v = (rand(gen, torch.bfloat16, b, h, n, d).requires_grad_() for _ in range(3))
+    out = portattn.attention(q, k, v, causal=True)
+    dout = torch.randn_like(out)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out.backward(dout)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base
+    grads = 3 * q.numel() * q.element_size()
+    assert extra <= grads + 2 * b * h * n * d * 4 + (1 << 20), f"{extra / 2**20:.0f} MiB beyond the inputs"
+    assert extra < b * h * n * n * 2 / 4, "as large as the attention matrix"
