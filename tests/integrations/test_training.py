@@ -1,6 +1,6 @@
 """A real training check: a small transformer language model written with F.scaled_dot_product_attention, trained
 from the same seed with SDPA and under portattn.patch_sdpa; the loss curves agree within the noise of bf16 training
-(measured here as the distance between two of SDPA's own backends) and the patch takes every attention call."""
+(measured here as the distance between SDPA's default backend and its math backend) and the patch takes every attention call."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -81,15 +81,14 @@ def test_training_under_the_patch_matches_sdpa(gen):
     seed = gen.initial_seed() % 2**31
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        flash = train(seed)
-    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-        efficient = train(seed)
+    default = train(seed)  # SDPA's own choice of backend
+    with sdpa_kernel(SDPBackend.MATH):
+        math = train(seed)
     with portattn.patch_sdpa() as stats:
         ours = train(seed)
     assert stats.fallback == 0 and stats.portattn == STEPS * LAYERS, stats
-    for curve in (flash, efficient, ours):
+    for curve in (default, math, ours):
         assert curve[-1] == curve[-1] and smoothed(curve)[-1] < 0.5 * smoothed(curve)[0], "the model must learn"
-    noise = (smoothed(flash) - smoothed(efficient)).abs().max().item()
-    gap = (smoothed(ours) - smoothed(flash)).abs().max().item()
-    assert gap <= 3 * noise + 0.05, f"portattn vs SDPA flash {gap:.4f}, flash vs efficient {noise:.4f}"
+    noise = (smoothed(default) - smoothed(math)).abs().max().item()
+    gap = (smoothed(ours) - smoothed(default)).abs().max().item()
+    assert gap <= 3 * noise + 0.05, f"portattn vs SDPA {gap:.4f}, SDPA default vs math {noise:.4f}"

@@ -44,6 +44,9 @@ def portattn_grads(q, k, v, dout, causal=False, scale=None, deterministic=None):
 # forward's float32 output into dS (a few 1e-7 relative, times the row's length), which SDPA's more precise float32
 # forward does not have; measured up to 5e-6 relative to the largest gradient (SDPA: up to 1e-6).
 SLACK = {torch.float32: 5e-6, torch.float16: 1e-6, torch.bfloat16: 1e-6}
+# Without SDPA to compare with (scales SDPA does not take the same way, the LSE's gradient): errors relative to the
+# largest gradient. float32: as above, plus grouped-query sums over several heads (seen up to 1.3e-5).
+TOL = {torch.float32: 3e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 
 
 def check(q, k, v, causal=False, scale=None, against_sdpa=True, gen=None):
@@ -61,7 +64,7 @@ def check(q, k, v, causal=False, scale=None, against_sdpa=True, gen=None):
             sdpa_err = max_rel(sdpa[i], refs[i], largest)
             assert err <= 2 * sdpa_err + SLACK[q.dtype], f"{name}: portattn {err:.3e} vs SDPA {sdpa_err:.3e}"
         else:
-            assert err <= {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}[q.dtype], (name, err)
+            assert err <= TOL[q.dtype], (name, err)
 
 
 @pytest.fixture
@@ -124,7 +127,7 @@ def test_lse_gradient(gen, needs_backward, dtype):
     out, lse = portattn.attention(*leaves, causal=True, return_lse=True)
     got = torch.autograd.grad((out, lse), leaves, (dout, grad_lse))
     refs = reference_gradients(q, k, v, dout, True, None, grad_lse)
-    tol = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}[dtype]
+    tol = TOL[dtype]
     largest = max(float(r.abs().max()) for r in refs)
     for name, g, ref in zip(("dq", "dk", "dv"), got, refs):
         assert max_rel(g, ref, largest) <= tol, (name, max_rel(g, ref, largest))

@@ -161,6 +161,7 @@ def test_device_mismatch_is_rejected():
 def test_runs_on_current_stream(gen):
     q, k, v = (rand(gen, 4, 8, 1024, 64) for _ in range(3))
     s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())  # the inputs were made on the default stream
     with torch.cuda.stream(s):
         out = torch.full_like(q, float("nan"))
         portattn.attention(q, k, v, out=out)
