@@ -27,7 +27,9 @@
 // InstCalcGfx9's input mapping puts A[i][k] in lane M*(k / (K*M/64)) + i, register slot k % (K*M/64); its output
 // mapping puts C[i][j] in lane N*((i / 4) % (64/N)) + j, register 4*(i / (4*64/N)) + i % 4); e.g. for
 // v_mfma_f32_16x16x16f16, A[0][0..3] are in lane 0 and A[0][4..7] in lane 16.
-// portattn/fragments.py holds the same layouts for the host (tests/test_fragments.py checks them).
+// portattn/tools/fragments.py holds the same layouts for the host. tests/kernels/mfma_layouts.json keeps the
+// calculator's own per-lane output for CDNA2 and CDNA3 as data: tests/kernels/test_fragments.py compares the host
+// tables with it, tests/kernels/test_mfma.py the probe kernel's lane fragments (which follow these functions).
 #pragma once
 
 #if PA_WARP_SIZE != 64

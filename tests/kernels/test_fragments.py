@@ -1,5 +1,7 @@
-"""The MFMA lane layouts of portattn/fragments.py (no GPU needed): coverage, the per-lane structure the device code
-relies on, agreement with the coordinate -> lane direction of AMD's calculator, and spot values from its tables."""
+"""The MFMA lane layouts of portattn/tools/fragments.py (no GPU needed): coverage, the per-lane structure the device
+code relies on, agreement with the coordinate -> lane direction of AMD's calculator, spot values from its tables,
+and every entry against AMD's published layouts (mfma_layouts.json, read by conftest.py without portattn's
+formulas)."""
 from __future__ import annotations
 
 import pytest
