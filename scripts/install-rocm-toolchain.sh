@@ -11,9 +11,13 @@
 # Then hip-python, whose 10.x releases find the libraries through ROCM_PATH at first use (portattn points it
 # at a private directory of symlinks when ROCm has no libhiprtc.so, as with 5.2).
 #
-# Environment: PYTHON (default python3), HIP_PYTHON_SPEC (default 'hip-python>=10.0,<11').
-# Without root or apt-get the system packages are skipped with a message (as is a failing pip install when not
-# root), and the script exits 0.
+# Then scripts/install-rocm-chroots.sh: current ROCm releases (Debian sid's 6.x, experimental's 7.x) in minimal
+# chroots, so that CI compiles the kernels with more than one ROCm generation (root only; its failure is reported
+# and the AMD tests decide whether that matters).
+#
+# Environment: PYTHON (default python3), HIP_PYTHON_SPEC (default 'hip-python>=10.0,<11'), and those of
+# install-rocm-chroots.sh. Without root or apt-get the system packages are skipped with a message (as is a failing
+# pip install when not root), and the script exits 0.
 set -euo pipefail
 
 PY=${PYTHON:-python3}
@@ -49,6 +53,8 @@ else
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+bash "$(dirname "$0")/install-rocm-chroots.sh" || echo "rocm toolchain: install-rocm-chroots.sh failed (exit $?)"
 
 if ! have_hiprtc; then
     echo "rocm toolchain: skipping hip-python: no hiprtc library installed"

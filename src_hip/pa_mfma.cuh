@@ -13,8 +13,8 @@
 //   pa_mfma_f32_32x32x2f32      (float a, float b, pa_mfma_f32x16 c)
 //   pa_mfma_f32_16x16x4f32      (float a, float b, pa_mfma_f32x4  c)
 // Fragments are indexed with [] (element j of A/B, i of C). fp16 elements are pa_mfma_f16 (_Float16 on HIP, the
-// raw IEEE binary16 bits on NVIDIA); bf16 elements are raw bits (short) on both vendors, since hiprtc 5.2 has no
-// bf16 type. Convert with pa_mfma_{f16,bf16}_{to,from}_float; never do arithmetic on the element types.
+// raw IEEE binary16 bits on NVIDIA); bf16 elements are pa_mfma_bf16 (__bf16 where the compiler has it, else raw
+// bits: see below). Convert with pa_mfma_{f16,bf16}_{to,from}_float; never do arithmetic on the element types.
 //
 // Lane layouts (pa_mfma_layout_<MxNxK>::a_row / a_k / b_k / b_col / c_row / c_col, lane 0..63):
 //   A (M x K):  lane l, element j holds A[l % M][(K / G) * (l / M) + j]    with G = 64 / M lane groups
@@ -28,7 +28,9 @@
 // InstCalcGfx9's input mapping puts A[i][k] in lane M*(k / (K*M/64)) + i, register slot k % (K*M/64); its output
 // mapping puts C[i][j] in lane N*((i / 4) % (64/N)) + j, register 4*(i / (4*64/N)) + i % 4); e.g. for
 // v_mfma_f32_16x16x16f16, A[0][0..3] are in lane 0 and A[0][4..7] in lane 16.
-// portattn/fragments.py holds the same layouts for the host (tests/test_fragments.py checks them).
+// portattn/tools/fragments.py holds the same layouts for the host. tests/kernels/mfma_layouts.json keeps the
+// calculator's own per-lane output for CDNA2 and CDNA3 as data: tests/kernels/test_fragments.py compares the host
+// tables with it, tests/kernels/test_mfma.py the probe kernel's lane fragments (which follow these functions).
 #pragma once
 
 #if PA_WARP_SIZE != 64
@@ -67,8 +69,24 @@ typedef pa_mfma_layout<16, 16, 16> pa_mfma_layout_16x16x16;  // 16x16x16f16, 16x
 typedef pa_mfma_layout<32, 32, 2> pa_mfma_layout_32x32x2;    // 32x32x2f32
 typedef pa_mfma_layout<16, 16, 4> pa_mfma_layout_16x16x4;    // 16x16x4f32
 
-// ---- bf16 as raw bits (both vendors) -----------------------------------------------------------------------
+// ---- bf16 elements -----------------------------------------------------------------------------------------------
+// The compiler's own bf16 type where it has one: clang >= 17 makes __bf16 an arithmetic type on AMDGPU (seen with
+// the clang 21 of ROCm 6.4 and the clang 22 of ROCm 7.2; the bf16_1k builtins take vectors of it there), so
+// conversions are the compiler's (one instruction on gfx950). Otherwise (ROCm 5.2's clang 15 rejects __bf16, and
+// the NVIDIA emulation) raw 16-bit bits with hand-written conversions. pa_mfma_bf16_bits gives the bits either way.
+#if defined(PA_VENDOR_HIP) && defined(__clang_major__) && __clang_major__ >= 17
+#define PA_MFMA_BF16_NATIVE 1
+typedef __bf16 pa_mfma_bf16;
 
+PA_DEVICE float pa_mfma_bf16_to_float(pa_mfma_bf16 x) { return (float)x; }
+PA_DEVICE pa_mfma_bf16 pa_mfma_bf16_from_float(float x) { return (pa_mfma_bf16)x; }  // round to nearest even
+PA_DEVICE unsigned short pa_mfma_bf16_bits(pa_mfma_bf16 x) {
+    unsigned short bits;
+    __builtin_memcpy(&bits, &x, 2);
+    return bits;
+}
+#else
+#define PA_MFMA_BF16_NATIVE 0
 typedef short pa_mfma_bf16;
 
 PA_DEVICE float pa_mfma_bf16_to_float(pa_mfma_bf16 x) { return __uint_as_float((unsigned)(unsigned short)x << 16); }
@@ -79,13 +97,15 @@ PA_DEVICE pa_mfma_bf16 pa_mfma_bf16_from_float(float x) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (pa_mfma_bf16)((u >> 16) | 0x40u);
     return (pa_mfma_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+PA_DEVICE unsigned short pa_mfma_bf16_bits(pa_mfma_bf16 x) { return (unsigned short)x; }
+#endif
 
 #if defined(PA_VENDOR_HIP)
 // ---- HIP: fragments are the builtins' vector types, each function one instruction ----------------------------
 
 typedef _Float16 pa_mfma_f16;
 typedef _Float16 pa_mfma_f16x4 __attribute__((ext_vector_type(4)));
-typedef short pa_mfma_bf16x4 __attribute__((ext_vector_type(4)));
+typedef pa_mfma_bf16 pa_mfma_bf16x4 __attribute__((ext_vector_type(4)));
 typedef float pa_mfma_f32x4 __attribute__((ext_vector_type(4)));
 typedef float pa_mfma_f32x16 __attribute__((ext_vector_type(16)));
 

@@ -95,7 +95,7 @@ PA_DEVICE void pa_async_wait() {}
 #if !PA_F32
 PA_DEVICE unsigned pa_to_16bit(float x) {
 #if PA_BF16
-    return (unsigned short)pa_mfma_bf16_from_float(x);
+    return pa_mfma_bf16_bits(pa_mfma_bf16_from_float(x));
 #else
     const pa_mfma_f16 h = pa_mfma_f16_from_float(x);
     unsigned short bits;

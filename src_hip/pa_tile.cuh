@@ -51,7 +51,7 @@ PA_DEVICE pa_elem* pa_tile_base(void* smem) {
     return reinterpret_cast<pa_elem*>(static_cast<char*>(smem) + pad);
 }
 template <int ROWS>
-__device__ constexpr int pa_tile_elems() {
+__host__ __device__ constexpr int pa_tile_elems() {
     return ROWS * PA_HEAD_DIM;
 }
 template <int ROWS>
@@ -115,7 +115,7 @@ PA_DEVICE void pa_tile_wait_all(pa_mma_c (&acc)[MT][ON]) {
 PA_DEVICE pa_elem* pa_tile_base(void* smem) { return static_cast<pa_elem*>(smem); }
 constexpr int PA_TILE_LD = PA_HEAD_DIM + PA_TILE_CHUNK;  // padded row (elements)
 template <int ROWS>
-__device__ constexpr int pa_tile_elems() {
+__host__ __device__ constexpr int pa_tile_elems() {
     return ROWS * PA_TILE_LD;
 }
 template <int ROWS>

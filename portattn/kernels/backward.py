@@ -108,11 +108,12 @@ _AMD_DQ_NO_BF16 = {key: tile for key, tile in _AMD_DQ.items() if key[0] != "bflo
 
 DKDV_TILES: dict[str, Rows] = {
     "sm80": _NV_DKDV, "sm86": _NV_DKDV_SMALL_SMEM, "sm90": _NV_DKDV,
-    "cdna1": _AMD_DKDV_NO_BF16, "cdna2": _AMD_DKDV, "cdna3": _AMD_DKDV, "rdna3": {},
+    "cdna1": _AMD_DKDV_NO_BF16, "cdna2": _AMD_DKDV, "cdna3": _AMD_DKDV, "cdna4": _AMD_DKDV,
+    "rdna3": {}, "rdna4": {},
 }
 DQ_TILES: dict[str, Rows] = {
     "sm80": _NV_DQ, "sm86": _NV_DQ_SMALL_SMEM, "sm90": _NV_DQ,
-    "cdna1": _AMD_DQ_NO_BF16, "cdna2": _AMD_DQ, "cdna3": _AMD_DQ, "rdna3": {},
+    "cdna1": _AMD_DQ_NO_BF16, "cdna2": _AMD_DQ, "cdna3": _AMD_DQ, "cdna4": _AMD_DQ, "rdna3": {}, "rdna4": {},
 }
 # SIMT float32 kernels (the portable fallback: float32 d = 256, RDNA, PORTATTN_KERNEL=simt).
 _NV_SIMT_DKDV = rows(F32, {d: T(block_m=32, block_n=32, threads=256) for d in HEAD_DIMS})
@@ -130,11 +131,13 @@ _AMD_SIMT_DQ = rows(F32, {d: T(block_m=16, block_n=16, threads=256) for d in (32
 })
 SIMT_DKDV_TILES: dict[str, Rows] = {
     "sm80": _NV_SIMT_DKDV, "sm86": _SMALL_SIMT_DKDV, "sm90": _NV_SIMT_DKDV,
-    "cdna1": _AMD_SIMT_DKDV, "cdna2": _AMD_SIMT_DKDV, "cdna3": _AMD_SIMT_DKDV, "rdna3": _AMD_SIMT_DKDV,
+    "cdna1": _AMD_SIMT_DKDV, "cdna2": _AMD_SIMT_DKDV, "cdna3": _AMD_SIMT_DKDV, "cdna4": _AMD_SIMT_DKDV,
+    "rdna3": _AMD_SIMT_DKDV, "rdna4": _AMD_SIMT_DKDV,
 }
 SIMT_DQ_TILES: dict[str, Rows] = {
     "sm80": _NV_SIMT_DQ, "sm86": _SMALL_SIMT_DQ, "sm90": _NV_SIMT_DQ,
-    "cdna1": _AMD_SIMT_DQ, "cdna2": _AMD_SIMT_DQ, "cdna3": _AMD_SIMT_DQ, "rdna3": _AMD_SIMT_DQ,
+    "cdna1": _AMD_SIMT_DQ, "cdna2": _AMD_SIMT_DQ, "cdna3": _AMD_SIMT_DQ, "cdna4": _AMD_SIMT_DQ,
+    "rdna3": _AMD_SIMT_DQ, "rdna4": _AMD_SIMT_DQ,
 }
 # The first kernel, per lane count: rows of PREP_ROW_LANES lanes, PREP_THREADS threads per block.
 PREP_ROW_LANES = 16

@@ -57,9 +57,11 @@ _NV_MMA_HOPPER = _NV_MMA | rows(HALF, {
     64: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True, min_blocks=2),
     128: T(block_m=192, block_n=64, threads=384, warpgroup_mma=True),
 })
-# 64 KiB of LDS per CU: 8-wave workgroups within it keep two waves on each SIMD; the 16-bit d = 256 and float32
-# d = 96 / 128 tiles fit one 4-wave workgroup per CU (one wave per SIMD); float32 d = 256 has no matrix-unit tile
-# that fits and runs the simt kernel.
+# 64 KiB of LDS per CU; two waves per SIMD means eight resident waves per CU. Every wave keeps its 16 query rows
+# in LDS (rows of d + 16 bytes' worth of elements), so where 8 x 16 such rows exceed 64 KiB (16-bit d = 256 and
+# float32 d = 128: 528-byte rows, 67584 bytes) no tile of this kernel reaches two waves per SIMD: those run one
+# 4-wave workgroup per CU (gfx950's 160 KiB of LDS holds three). Everywhere else one 8-wave workgroup (or two
+# 4-wave ones) fits. float32 d = 256 has no matrix-unit tile that fits and runs the simt kernel.
 _AMD_MFMA = rows(HALF, {
     32: T(block_m=128, block_n=64, threads=512),
     64: T(block_m=128, block_n=64, threads=512),
@@ -69,7 +71,7 @@ _AMD_MFMA = rows(HALF, {
 }) | rows(("float32",), {
     32: T(block_m=128, block_n=64, threads=512),
     64: T(block_m=128, block_n=32, threads=512),
-    96: T(block_m=64, block_n=32, threads=256),
+    96: T(block_m=128, block_n=16, threads=512),
     128: T(block_m=64, block_n=16, threads=256),
 })
 _AMD_MFMA_NO_BF16 = {key: tile for key, tile in _AMD_MFMA.items() if key[0] != "bfloat16"}  # gfx908: no bf16_1k
@@ -81,7 +83,9 @@ MMA_TILES: dict[str, Rows] = {
     "cdna1": _AMD_MFMA_NO_BF16,
     "cdna2": _AMD_MFMA,
     "cdna3": _AMD_MFMA,
-    "rdna3": {},
+    "cdna4": _AMD_MFMA,
+    "rdna3": {},  # RDNA: no MFMA (its WMMA is not used yet); the simt kernel on 32-lane waves
+    "rdna4": {},
 }
 
 # simt kernel (float32 only).
@@ -108,7 +112,9 @@ SIMT_TILES: dict[str, Rows] = {
     "cdna1": _AMD_SIMT,
     "cdna2": _AMD_SIMT,
     "cdna3": _AMD_SIMT,
+    "cdna4": _AMD_SIMT,
     "rdna3": _AMD_SIMT,
+    "rdna4": _AMD_SIMT,
 }
 TABLES: dict[str, dict[str, Rows]] = {"mma": MMA_TILES, "simt": SIMT_TILES}
 

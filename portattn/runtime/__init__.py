@@ -4,6 +4,7 @@
 ``hiprtc`` (+ ``hiprtc_worker``) and ``cache`` (compile, memory and disk cache), ``backend`` (one object per
 vendor: compiler and driver), ``cuda_driver`` / ``hip_driver`` (load and launch), ``loader`` (loaded functions per
 device and variant), ``params`` (parameter structs generated from the headers), ``resources`` and
-``amdgpu_metadata`` (what a binary uses), ``rocm_libs`` (finding ROCm's libraries). Nothing here knows a kernel
-family.
+``amdgpu_metadata`` (what a binary uses), ``rocm_libs`` (finding ROCm's libraries), ``toolchains`` (the ROCm
+hiprtc installations a compile can use: this machine's and those in the setup script's chroots). Nothing here
+knows a kernel family.
 """

@@ -11,8 +11,9 @@ import json
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from ..version import __version__
 from .backend import backend_for
@@ -20,6 +21,9 @@ from .cache import DiskCache
 from .resources import Resources
 from .sources import read_source
 from .target import Target
+
+if TYPE_CHECKING:
+    from .toolchains import Toolchain
 
 
 class Buildable(Protocol):
@@ -48,6 +52,7 @@ class CompiledKernel:
     log: str
     resources: Resources
     from_disk: bool
+    compiler_version: str = ""  # the compiler's version() (hiprtc: its toolchain and ROCm release)
 
 
 _memory: dict[str, CompiledKernel] = {}
@@ -61,14 +66,20 @@ def cache_key(source_digest: str, options: list[str], arch: str, backend: str, c
     return hashlib.sha256(blob.encode()).hexdigest()[:40]
 
 
-def compile_kernel(spec: Buildable, target: Target, cache: DiskCache | None = None) -> CompiledKernel:
-    """Compile ``spec`` for ``target``, from memory or disk cache when possible."""
+def compile_kernel(spec: Buildable, target: Target, cache: DiskCache | None = None,
+                   toolchain: Toolchain | None = None) -> CompiledKernel:
+    """Compile ``spec`` for ``target``, from memory or disk cache when possible. ``toolchain`` (AMD only) picks a
+    ROCm hiprtc toolchain other than the system's (verification and reports)."""
     compiler = backend_for(target.vendor).compiler
+    if toolchain is not None and target.vendor != "hip":
+        raise ValueError(f"toolchain applies to AMD targets only, got {toolchain.name!r} for {target.arch}")
+    extra = {} if toolchain is None else {"toolchain": toolchain}
     source = read_source(target.vendor, spec.filename)
     defines = dict(spec.defines)
     arch = compiler.build_arch(target.arch, defines)
     opts = compiler.options(arch, defines)
-    key = cache_key(source.digest, opts, arch, compiler.NAME, compiler.version())
+    version = compiler.version(**extra)
+    key = cache_key(source.digest, opts, arch, compiler.NAME, version)
     with _lock:
         hit = _memory.get(key)
     if hit is not None:
@@ -78,18 +89,35 @@ def compile_kernel(spec: Buildable, target: Target, cache: DiskCache | None = No
     if entry is not None:
         meta, binary = entry
         kernel = CompiledKernel(spec, arch, compiler.NAME, key, binary, meta["log"],
-                                Resources(**meta["resources"]), True)
+                                Resources(**meta["resources"]), True, version)
     else:
         _log.info("compiling %s for %s (first use; cached in %s)", spec.label, arch, cache.directory)
         start = time.perf_counter()
-        binary, log = compiler.compile_source(source, arch, opts)
+        binary, log = compiler.compile_source(source, arch, opts, **extra)
         _log.info("compiled %s in %.1f s", spec.label, time.perf_counter() - start)
         res = compiler.resources(binary, log, spec.function)
         cache.put(key, {"log": log, "resources": res.to_dict(), "label": spec.label, "arch": arch}, binary)
-        kernel = CompiledKernel(spec, arch, compiler.NAME, key, binary, log, res, False)
+        kernel = CompiledKernel(spec, arch, compiler.NAME, key, binary, log, res, False, version)
     with _lock:
         _memory[key] = kernel
     return kernel
+
+
+def compile_many(specs: Sequence[Buildable], target: Target, cache: DiskCache | None = None,
+                 toolchain: Toolchain | None = None, jobs: int = 2) -> list[CompiledKernel | Exception]:
+    """Compile every spec as :func:`compile_kernel` does, ``jobs`` at a time (hiprtc compiles are processes of
+    their own, so threads suffice); each result is the kernel or the exception its compile raised."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+
+    def one(spec: Buildable) -> CompiledKernel | Exception:
+        try:
+            return compile_kernel(spec, target, cache, toolchain)
+        except Exception as exc:  # handed to the caller with the others' results
+            return exc
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, specs))
 
 
 def clear_memory_cache() -> None:

@@ -5,7 +5,7 @@ import re
 import struct
 from dataclasses import asdict, dataclass
 
-from .target import Target
+from .target import WAVE_SLOTS, Target
 
 
 @dataclass(frozen=True)
@@ -109,21 +109,26 @@ def nvidia_blocks_per_sm(res: Resources, threads: int, smem_bytes: int, target: 
     return max(0, min(by_regs, by_smem, 2048 // threads, 32))
 
 
-def amd_waves_per_simd(res: Resources, threads: int, smem_bytes: int) -> int:
-    """Waves per SIMD on CDNA (4 SIMDs/CU, 512 unified VGPRs/lane, 64 KiB LDS/CU), whole workgroups only."""
-    vgprs = -(-max(res.registers, 1) // 8) * 8
-    by_vgpr = min(8, 512 // vgprs)
-    waves_per_group = -(-threads // 64)
-    lds = res.static_smem + smem_bytes
-    lds_granules = -(-lds // 512) * 512
-    groups_by_lds = 65536 // lds_granules if lds_granules else 32
-    groups_by_vgpr = (by_vgpr * 4) // waves_per_group
+def amd_waves_per_simd(res: Resources, threads: int, smem_bytes: int, target: Target) -> int:
+    """Waves per SIMD of a kernel on an AMD ``target`` (its family's ``WAVE_SLOTS`` rules): whole workgroups of
+    ``threads`` threads with ``smem_bytes`` of dynamic LDS each, limited by vector registers and LDS."""
+    slots = WAVE_SLOTS.get(target.family)
+    if slots is None:
+        raise ValueError(f"no occupancy rules for {target.arch} (family {target.family}); known: "
+                         f"{', '.join(WAVE_SLOTS)}")
+    regs = res.registers if slots.unified else max(res.registers, res.agprs)
+    regs = -(-max(regs, 1) // slots.granule) * slots.granule
+    by_vgpr = min(slots.max_waves, slots.vgprs // regs)
+    waves_per_group = -(-threads // target.lanes)
+    lds = -(-(res.static_smem + smem_bytes) // 512) * 512
+    groups_by_lds = target.smem_per_multiprocessor // lds if lds else 32
+    groups_by_vgpr = (by_vgpr * slots.simds) // waves_per_group
     groups = min(groups_by_lds, groups_by_vgpr, 32)
-    return (groups * waves_per_group) // 4
+    return (groups * waves_per_group) // slots.simds
 
 
 def occupancy(res: Resources, threads: int, smem_bytes: int, target: Target) -> str:
     """Resident waves per SIMD (AMD) or blocks per SM (NVIDIA), as text for reports."""
     if target.vendor == "hip":
-        return f"{amd_waves_per_simd(res, threads, smem_bytes)} waves/SIMD"
+        return f"{amd_waves_per_simd(res, threads, smem_bytes, target)} waves/SIMD"
     return f"{nvidia_blocks_per_sm(res, threads, smem_bytes, target)} blocks/SM"

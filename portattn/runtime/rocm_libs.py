@@ -91,13 +91,6 @@ class RocmLibs:
         old = os.environ.get("LD_LIBRARY_PATH")
         return {"ROCM_PATH": str(self.shim_root), "LD_LIBRARY_PATH": f"{lib}{os.pathsep}{old}" if old else lib}
 
-    def version(self) -> str:
-        """ROCm hiprtc and comgr versions plus a size fingerprint of the libraries (a cache-key part)."""
-        files = [p.resolve() for p in (self.hiprtc, self.comgr) if p is not None]
-        stamp = hashlib.sha256(repr([(p.name, p.stat().st_size) for p in files]).encode()).hexdigest()[:10]
-        comgr = so_version(self.comgr) if self.comgr else "none"
-        return f"rocm-hiprtc {so_version(self.hiprtc)} comgr {comgr} [{stamp}]"
-
 
 def _shim_base() -> list[Path]:
     from .cache import default_cache_dir

@@ -15,13 +15,31 @@ from ..errors import UnsupportedTargetError
 @dataclass(frozen=True)
 class ArchInfo:
     """What portattn knows of an arch without a GPU. Multiprocessor counts are those of the common part (A100,
-    H100 SXM, MI210, ...) and serve offline work only; a detected GPU reports its own."""
+    H100 SXM, MI210, MI300X, ...) and serve offline work only; a detected GPU reports its own. On RDNA a
+    "multiprocessor" is a workgroup processor (two CUs, four SIMDs and their shared LDS: HIP's default WGP mode)."""
 
     family: str  # the tuning family that keys the kernels' tile tables
     lanes: int
     multiprocessors: int
     smem_per_block: int  # opt-in maximum
     smem_per_multiprocessor: int
+    min_rocm: str = ""  # AMD: the first ROCm release whose compiler targets this processor (for messages)
+
+
+@dataclass(frozen=True)
+class WaveSlots:
+    """How many waves of a kernel an AMD SIMD holds (the occupancy rules of one arch family, as data).
+
+    ``vgprs`` vector registers per lane of a SIMD for the family's wave size, allocated in ``granule`` steps;
+    ``unified``: AGPRs come out of the same file (gfx90a and later; ``.vgpr_count`` then counts both), else the
+    AGPR file is separate and as large (gfx908); ``max_waves`` per SIMD; ``simds`` that share one
+    multiprocessor's LDS (its workgroups' waves spread over them)."""
+
+    vgprs: int
+    granule: int
+    unified: bool
+    max_waves: int
+    simds: int
 
 
 KNOWN_ARCHS: dict[str, ArchInfo] = {
@@ -29,10 +47,22 @@ KNOWN_ARCHS: dict[str, ArchInfo] = {
     "sm_86": ArchInfo("sm86", 32, 84, 101376, 102400),
     "sm_89": ArchInfo("sm86", 32, 128, 101376, 102400),
     "sm_90": ArchInfo("sm90", 32, 132, 232448, 233472),
-    "gfx908": ArchInfo("cdna1", 64, 120, 65536, 65536),
-    "gfx90a": ArchInfo("cdna2", 64, 104, 65536, 65536),
-    "gfx942": ArchInfo("cdna3", 64, 304, 65536, 65536),
-    "gfx1100": ArchInfo("rdna3", 32, 48, 65536, 65536),
+    "gfx908": ArchInfo("cdna1", 64, 120, 65536, 65536, "4.0"),  # MI100
+    "gfx90a": ArchInfo("cdna2", 64, 104, 65536, 65536, "4.5"),  # MI210 (MI250X: 220)
+    "gfx942": ArchInfo("cdna3", 64, 304, 65536, 65536, "5.7"),  # MI300X / MI325X
+    "gfx950": ArchInfo("cdna4", 64, 256, 65536, 163840, "7.0"),  # MI350X / MI355X: 160 KiB of LDS per CU
+    "gfx1100": ArchInfo("rdna3", 32, 48, 65536, 131072, "5.5"),  # RX 7900 XTX: 48 WGPs
+    "gfx1201": ArchInfo("rdna4", 32, 32, 65536, 131072, "6.4"),  # RX 9070 XT: 32 WGPs
+}
+
+# Occupancy rules per AMD family (LLVM's AMDGPU subtarget tables: VGPR file, allocation granule, waves per SIMD).
+WAVE_SLOTS: dict[str, WaveSlots] = {
+    "cdna1": WaveSlots(vgprs=256, granule=4, unified=False, max_waves=10, simds=4),
+    "cdna2": WaveSlots(vgprs=512, granule=8, unified=True, max_waves=8, simds=4),
+    "cdna3": WaveSlots(vgprs=512, granule=8, unified=True, max_waves=8, simds=4),
+    "cdna4": WaveSlots(vgprs=512, granule=8, unified=True, max_waves=8, simds=4),
+    "rdna3": WaveSlots(vgprs=1536, granule=24, unified=True, max_waves=16, simds=4),
+    "rdna4": WaveSlots(vgprs=1536, granule=24, unified=True, max_waves=16, simds=4),
 }
 
 LANES_ENV = "PORTATTN_LANES"

@@ -73,6 +73,31 @@ def _compiler_version(vendor: str) -> str:
         return f"unavailable: {exc}"
 
 
+def _rocm_toolchains() -> list[str]:
+    """One line per ROCm hiprtc toolchain present: version and the AMD processors of portattn's tables it knows."""
+    from ..errors import PortattnError
+    from ..runtime.target import KNOWN_ARCHS
+    from ..runtime.toolchains import all_toolchains, toolchains_dir
+
+    found = all_toolchains()
+    if not found:
+        return [f"ROCm toolchains: none (no system ROCm, no chroot toolchain in {toolchains_dir()})"]
+    lines = ["ROCm toolchains (portattn report --arch gfx942 --rocm 6.4 picks one):"]
+    for t in found:
+        why = t.missing()
+        if why is None:
+            try:
+                knows = [a for a in KNOWN_ARCHS if a.startswith("gfx") and a in t.supported_archs()]
+                why = "targets " + (", ".join(knows) or "none of portattn's AMD archs")
+            except PortattnError as exc:
+                why = f"unusable: {exc}"
+        else:
+            why = f"unusable here: {why}"
+        where = "" if t.root is None else f" at {t.root}"
+        lines.append(f"  {t.name}: ROCm {t.rocm_release} (comgr {t.comgr_version}){where}; {why}")
+    return lines
+
+
 def _parse_targets(archs: list[str] | None) -> list[Target]:
     """Targets for ``--arch`` values ("all": the report's archs), else those of the visible GPUs (none on a CPU
     machine)."""
@@ -108,6 +133,8 @@ def _info(archs: list[str] | None) -> int:
     print(f"portattn {__version__}, torch {torch.__version__} ({runtime})")
     print(f"cuda-bindings {_package_version('cuda-bindings')}, NVRTC {_compiler_version('cuda')}")
     print(f"hip-python {_package_version('hip-python')}, hiprtc {_compiler_version('hip')}")
+    for line in _rocm_toolchains():
+        print(line)
     cache = DiskCache()
     print(f"cache: {cache.directory} ({len(cache.entries())} entries, {cache.size_bytes()} bytes)")
     if os.environ.get(LANES_ENV):
@@ -179,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd")
     sub.add_parser("demo", help="check and time attention on the GPU; without one, print the resource report")
     rep = sub.add_parser("report", help="compile every kernel variant and print resources (no GPU needed)")
-    rep.add_argument("--arch", default="all", help="sm_80, sm_90, gfx90a or all")
+    rep.add_argument("--arch", default="all", help="sm_80, sm_90, gfx908, gfx90a, gfx942, gfx950, gfx1100, gfx1201 "
+                                                   "(any known arch) or all (sm_80, sm_90, gfx90a)")
+    rep.add_argument("--rocm", help="AMD archs: the ROCm toolchain to compile with: 'system' (default), a chroot "
+                                    "toolchain's name or a ROCm version such as 6.4 (portattn info lists them)")
     b = sub.add_parser("bench", help="portattn vs PyTorch SDPA backends")
     b.add_argument("--dtype", nargs="+", default=["float32"])
     b.add_argument("--head-dim", nargs="+", type=int, default=[64, 128])
@@ -209,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "report":
         from .report import REPORT_ARCHS, print_report
 
-        return print_report(list(REPORT_ARCHS) if args.arch == "all" else [args.arch])
+        return print_report(list(REPORT_ARCHS) if args.arch == "all" else [args.arch], args.rocm)
     if args.cmd == "bench":
         return _bench(args)
     if args.cmd == "plot":

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import PortattnError
 from ..kernels import forward, shipped_variants
@@ -15,6 +15,9 @@ from ..runtime.cache import DiskCache
 from ..runtime.compiler import CompiledKernel, compile_kernel
 from ..runtime.resources import Resources, occupancy
 from ..runtime.target import Target
+
+if TYPE_CHECKING:
+    from ..runtime.toolchains import Toolchain
 
 REPORT_ARCHS = ("sm_80", "sm_90", "gfx90a")
 
@@ -29,14 +32,16 @@ class ReportRow:
 
 
 def report_rows(target: Target, cache: DiskCache | None = None,
-                progress: Callable[[int, int, CompiledKernel, float], None] | None = None) -> list[ReportRow]:
-    """Compile (or read from the cache) every shipped variant of every family for ``target``.
-    ``progress(n, total, kernel, seconds)`` is called after each variant, ``n`` counting from 1."""
+                progress: Callable[[int, int, CompiledKernel, float], None] | None = None,
+                toolchain: Toolchain | None = None) -> list[ReportRow]:
+    """Compile (or read from the cache) every shipped variant of every family for ``target``, with ``toolchain``
+    (AMD only; default: the system's compiler). ``progress(n, total, kernel, seconds)`` is called after each
+    variant, ``n`` counting from 1."""
     rows = []
     specs = shipped_variants(target)
     for n, spec in enumerate(specs, 1):
         start = time.perf_counter()
-        kernel = compile_kernel(spec, target, cache)
+        kernel = compile_kernel(spec, target, cache, toolchain)
         if progress is not None:
             progress(n, len(specs), kernel, time.perf_counter() - start)
         res = kernel.resources
@@ -61,14 +66,26 @@ def format_rows(rows: list[ReportRow]) -> str:
     return "\n".join(lines)
 
 
-def print_report(archs: list[str]) -> int:
-    """Print the report of each arch; returns 1 when one could not be made (its error is printed), else 0."""
+def print_report(archs: list[str], rocm: str | None = None) -> int:
+    """Print the report of each arch (AMD ones compiled with the ROCm toolchain ``rocm``: None or "system" for this
+    machine's, else a toolchain name or a ROCm version); returns 1 when one could not be made (its error is
+    printed), else 0."""
     status = 0
     for arch in archs:
-        print(f"\n## {arch}", flush=True)
         try:
-            print(format_rows(report_rows(Target.for_arch(arch))), flush=True)
-        except (PortattnError, ImportError, OSError) as exc:
-            print(f"skipped: {exc}")
+            target = Target.for_arch(arch)
+            toolchain = None
+            heading = arch
+            if target.vendor == "hip":
+                from ..runtime.toolchains import find_toolchain
+
+                toolchain = find_toolchain(rocm)
+                heading += f" (hiprtc of {toolchain.label}: {toolchain.version()})"
+            elif rocm is not None:
+                raise ValueError(f"--rocm applies to AMD archs only, not {arch}")
+            print(f"\n## {heading}", flush=True)
+            print(format_rows(report_rows(target, toolchain=toolchain)), flush=True)
+        except (PortattnError, ImportError, OSError, ValueError) as exc:
+            print(f"\n## {arch}\nskipped: {exc}")
             status = 1
     return status

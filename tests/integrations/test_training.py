@@ -1,6 +1,7 @@
 """A real training check: a small transformer language model written with F.scaled_dot_product_attention, trained
 from the same seed with SDPA and under portattn.patch_sdpa; the loss curves agree within the noise of bf16 training
-(measured here as the distance between SDPA's default backend and its math backend) and the patch takes every attention call."""
+(measured here as the distance between SDPA's default backend and its math backend) and the patch takes every
+attention call."""
 import pytest
 import torch
 import torch.nn.functional as F

@@ -1,10 +1,12 @@
 """The forward's tile tables and variant choice on each arch family, with fake devices (no GPU needed)."""
 
+from dataclasses import replace
+
 import pytest
 
 from portattn import UnsupportedTargetError
 from portattn.kernels.forward import SHORT_SEQLEN, select, shipped_variants
-from portattn.kernels.variant import HEAD_DIMS
+from portattn.kernels.variant import HEAD_DIMS, TileConfig
 from portattn.runtime.target import KNOWN_ARCHS, Target
 
 EXPECTED = {  # arch -> (vendor, lanes, family)
@@ -13,25 +15,28 @@ EXPECTED = {  # arch -> (vendor, lanes, family)
     "gfx90a": ("hip", 64, "cdna2"),
     "gfx908": ("hip", 64, "cdna1"),
     "gfx942": ("hip", 64, "cdna3"),
+    "gfx950": ("hip", 64, "cdna4"),
     "gfx1100": ("hip", 32, "rdna3"),
+    "gfx1201": ("hip", 32, "rdna4"),
 }
 
 
 @pytest.mark.parametrize("arch", sorted(EXPECTED))
 def test_detect_and_select(fake_device, arch):
     vendor, lanes, fam = EXPECTED[arch]
-    target = fake_device(arch)
+    target = fake_device(arch, warp_size=lanes)
     assert (target.vendor, target.arch, target.lanes, target.family) == (vendor, arch, lanes, fam)
     for d in HEAD_DIMS:
         spec = select(target, "float32", d)
         assert spec.defines["PA_WARP_SIZE"] == lanes and spec.defines["PA_HEAD_DIM"] == d
         assert spec.smem_bytes <= target.smem_per_block
         assert spec.tile.threads % lanes == 0
-    dtypes = {"cdna1": ("float32", "float16"), "rdna3": ("float32",)}.get(fam, ("float32", "float16", "bfloat16"))
+    dtypes = {"cdna1": ("float32", "float16"), "rdna3": ("float32",), "rdna4": ("float32",)}.get(
+        fam, ("float32", "float16", "bfloat16"))
     chosen = {(dt, d): select(target, dt, d) for dt in dtypes for d in HEAD_DIMS}
     # Matrix units wherever the family has them, except float32 d = 256 (NVIDIA: no tile without register spills;
     # CDNA: no tile within 64 KiB of LDS).
-    simt_only = {(dt, d) for dt, d in chosen if fam == "rdna3" or (dt, d) == ("float32", 256)}
+    simt_only = {(dt, d) for dt, d in chosen if fam.startswith("rdna") or (dt, d) == ("float32", 256)}
     assert {key for key, spec in chosen.items() if spec.kernel == "simt"} == simt_only
     variants = shipped_variants(target)
     assert set(chosen.values()) <= set(variants)
@@ -39,15 +44,21 @@ def test_detect_and_select(fake_device, arch):
         ("simt", "float32", d) for d in HEAD_DIMS if ("float32", d) not in simt_only}
 
 
-@pytest.mark.parametrize("arch", ["gfx908", "gfx90a", "gfx942"])
-def test_cdna_tiles_fit_two_waves_per_simd_by_lds(arch):
+@pytest.mark.parametrize("arch", ["gfx908", "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"])
+def test_amd_tiles_fit_two_waves_per_simd_by_lds(arch):
     target = Target.for_arch(arch)
+    simds = 4  # SIMDs sharing a CU's (CDNA) or a workgroup processor's (RDNA) LDS
     for spec in shipped_variants(target):
-        waves = spec.tile.threads // 64
-        groups = 65536 // spec.smem_bytes
-        # The matrix-unit tiles of 4-wave workgroups (16-bit d = 256, float32 d = 96 / 128) are the exception:
-        # one workgroup, one wave per SIMD, per CU.
-        wanted = 4 if spec.kernel == "mma" and spec.tile.threads == 256 else 8
+        waves = spec.tile.threads // target.lanes
+        groups = target.smem_per_multiprocessor // spec.smem_bytes
+        wanted = 2 * simds
+        if spec.kernel == "mma":
+            # Each wave keeps its 16 query rows in LDS: where eight waves' rows plus one 16-key K and V tile exceed
+            # the CU's LDS (16-bit d = 256, float32 d = 128 on 64 KiB), no tile reaches two waves per SIMD.
+            eight = replace(spec, tile=TileConfig(block_m=16 * wanted, block_n=16, threads=wanted * 64))
+            if eight.smem_bytes > target.smem_per_multiprocessor:
+                assert target.smem_per_multiprocessor == 65536 and spec.tile.threads == 256, spec.label
+                wanted = simds
         assert groups * waves >= wanted, f"{spec.label}: LDS alone allows only {groups * waves} waves per CU"
 
 

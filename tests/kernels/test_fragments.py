@@ -1,5 +1,7 @@
-"""The MFMA lane layouts of portattn/fragments.py (no GPU needed): coverage, the per-lane structure the device code
-relies on, agreement with the coordinate -> lane direction of AMD's calculator, and spot values from its tables."""
+"""The MFMA lane layouts of portattn/tools/fragments.py (no GPU needed): coverage, the per-lane structure the device
+code relies on, agreement with the coordinate -> lane direction of AMD's calculator, spot values from its tables,
+and every entry against AMD's published layouts (mfma_layouts.json, read by conftest.py without portattn's
+formulas)."""
 from __future__ import annotations
 
 import pytest
@@ -110,3 +112,29 @@ def test_out_of_range_is_refused():
         lay.b(0, 1)
     with pytest.raises(ValueError):
         lay.c(0, 4)
+
+
+# ---- against AMD's published layouts (tests/kernels/mfma_layouts.json: the calculator's output, kept as data) ----
+
+ARCHS = ("cdna2", "cdna3")
+
+
+def test_published_table_covers_the_instructions(published_layouts):
+    assert set(published_layouts) == set(INSTRUCTIONS)
+    for name, archs in published_layouts.items():
+        assert set(archs) == set(ARCHS), name
+        assert archs["cdna2"]["mnemonic"] == layout(name).mnemonic
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("lay", LAYOUTS, ids=IDS)
+def test_host_tables_match_the_published_layouts(lay: MfmaLayout, arch: str, published_layouts):
+    published = published_layouts[lay.name][arch]
+    for operand, ours in (("A", lay.a_table()), ("B", lay.b_table()), ("D", lay.c_table())):
+        theirs = published[operand]
+        assert len(theirs) == WAVE, f"{lay.name} {arch} {operand}: {len(theirs)} lanes"
+        diff = [(lane, j, ours[lane][j], theirs[lane][j]) for lane in range(WAVE)
+                for j in range(max(len(ours[lane]), len(theirs[lane])))
+                if j >= len(ours[lane]) or j >= len(theirs[lane]) or ours[lane][j] != theirs[lane][j]]
+        assert not diff, (f"{lay.name} ({arch}) {operand}: (lane, element, fragments.py, published) "
+                          f"differ at {diff[:6]}")

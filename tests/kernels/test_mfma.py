@@ -3,9 +3,10 @@ natively), through the probe kernels of src_cuda/pa_mfma_probe.cu.
 
 For every instruction, each wave multiplies its own random matrices, chaining the accumulator through a second
 instruction (D1 = A0 B0 + C, D2 = A1 B1 + D1). The products are compared with float64 matrix products, and each
-lane's raw fragments (A0, B0 and D1 as the lane holds them) with the lane layouts of portattn/fragments.py: the
-kernel loads and stores by the device layout functions, so this ties the device and host layouts together (and, on
-AMD hardware, both to the instruction itself).
+lane's raw fragments (A0, B0 and D1 as the lane holds them) with the lane layouts of portattn/fragments.py and with
+AMD's published layouts (tests/kernels/mfma_layouts.json, read without any of portattn's formulas): the kernel loads
+and stores by the device layout functions, so this ties the device layouts to both tables (and, on AMD hardware,
+to the instruction itself).
 """
 from __future__ import annotations
 
@@ -92,7 +93,20 @@ def accumulation_bound(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, k: int
     return (k + 2) * 2 * U * (a.abs() @ b.abs() + c.abs()) + 1e-30
 
 
-def check(layout: MfmaLayout, inputs: dict[str, torch.Tensor], got: dict[str, torch.Tensor], exact: bool) -> None:
+# The architecture whose published table applies: the emulation executes the gfx90a (CDNA2) mapping.
+PUBLISHED_ARCH = {"cdna2": "cdna2", "cdna3": "cdna3"}
+
+
+def published_tables(published_layouts: dict, layout: MfmaLayout, target) -> dict[str, list]:
+    """AMD's published A, B and D layouts of ``layout`` for the family ``target`` executes."""
+    family = target.family
+    assert family in PUBLISHED_ARCH, (f"mfma_layouts.json has no published layout for {family} ({target}): add the "
+                                      "calculator's output for it")
+    return published_layouts[layout.name][PUBLISHED_ARCH[family]]
+
+
+def check(layout: MfmaLayout, inputs: dict[str, torch.Tensor], got: dict[str, torch.Tensor], exact: bool,
+          published: dict[str, list]) -> None:
     a, b, c = (inputs[name].double() for name in ("a", "b", "c"))
     d1, d2 = got["d1"].double(), got["d2"].double()
     ref1 = a[:, 0] @ b[:, 0] + c
@@ -114,19 +128,28 @@ def check(layout: MfmaLayout, inputs: dict[str, torch.Tensor], got: dict[str, to
         "B": (frags[:, na:na + nb], gather(b[:, 0], layout.b_table())),
         "D1": (frags[:, na + nb:], gather(d1, layout.c_table())),
     }
+    independent = {
+        "A": gather(a[:, 0], published["A"]),
+        "B": gather(b[:, 0], published["B"]),
+        "D1": gather(d1, published["D"]),
+    }
     for what, (val, ref) in expected.items():
         bad = (val != ref).nonzero()
         assert bad.numel() == 0, (
             f"{layout.name}: lane fragments of {what} differ from portattn.fragments at (thread, element) "
             f"{bad[:8].tolist()}")
+        bad = (val != independent[what]).nonzero()
+        assert bad.numel() == 0, (
+            f"{layout.name}: lane fragments of {what} differ from AMD's published layout at (thread, element) "
+            f"{bad[:8].tolist()}")
 
 
 @pytest.mark.parametrize("exact", [True, False], ids=["exact-values", "random-values"])
 @pytest.mark.parametrize("layout", LAYOUTS, ids=[lay.name for lay in LAYOUTS])
-def test_mfma_matches_float64_product_and_lane_layout(layout, exact, wave64):
+def test_mfma_matches_float64_product_and_lane_layout(layout, exact, wave64, published_layouts):
     seed = int(torch.seed() % 2**31)
     print(f"seed={seed}")
     gen = torch.Generator().manual_seed(seed)
     inputs = make_inputs(layout, exact, gen)
     got = run_probe(layout, wave64, inputs)
-    check(layout, inputs, got, exact)
+    check(layout, inputs, got, exact, published_tables(published_layouts, layout, wave64))

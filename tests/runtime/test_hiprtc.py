@@ -1,7 +1,8 @@
-"""hiprtc compile path for AMD, CPU only: code objects, metadata, diagnostics, refused and crashing targets.
+"""hiprtc compile path for AMD, CPU only: code objects, metadata, diagnostics, refused and crashing targets, with
+this machine's ROCm and every chroot toolchain present (scripts/install-rocm-chroots.sh; root only).
 
-Needs ROCm's hiprtc and hip-python (scripts/install-rocm-toolchain.sh); skipped without them unless
-PORTATTN_REQUIRE_AMD=1, which turns the skip into a failure.
+Needs ROCm's hiprtc (scripts/install-rocm-toolchain.sh); skipped without it unless PORTATTN_REQUIRE_AMD=1, which
+turns the skip into a failure.
 """
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 if _REASON is None:
     from portattn.runtime import hiprtc
+    from portattn.runtime.toolchains import all_toolchains
+
+TOOLCHAINS = [t for t in all_toolchains() if t.missing() is None] if _REASON is None else []
+IDS = [f"rocm{t.rocm}-{t.name}" for t in TOOLCHAINS]
 
 HEADER = ("pa_test_scale.cuh", "#pragma once\n#define PA_TEST_SCALE(x) ((x) * 3.0f)\n")
 
@@ -41,9 +46,9 @@ extern "C" __global__ void __launch_bounds__(256) pa_test_kernel(const Args a) {
 """
 
 
-def _compile(text: str, arch: str = "gfx90a", headers=(HEADER,)):
+def _compile(text: str, arch: str = "gfx90a", headers=(HEADER,), toolchain=None):
     src = KernelSource("pa_test.cu", text, tuple(headers))
-    return hiprtc.compile_source(src, arch, hiprtc.options(arch, {"PA_WARP_SIZE": 64}))
+    return hiprtc.compile_source(src, arch, hiprtc.options(arch, {"PA_WARP_SIZE": 64}), toolchain)
 
 
 def test_options_and_version():
@@ -51,12 +56,20 @@ def test_options_and_version():
     assert opts[0] == "--offload-arch=gfx90a"
     assert "-std=c++17" in opts and "-O3" in opts
     assert [o for o in opts if o.startswith("-D")] == ["-DPA_A=1", "-DPA_B=2"]
-    assert re.search(r"rocm-hiprtc \d+\.\d+", hiprtc.version()), hiprtc.version()
+    assert re.search(r"^rocm \d+\.\d+\.\d+ hiprtc lib\w+\.so\.[\d.]+ comgr \d", hiprtc.version()), hiprtc.version()
     assert "gfx90a" in hiprtc.supported_archs()
 
 
-def test_small_kernel_metadata():
-    binary, _log = _compile(KERNEL)
+@pytest.mark.parametrize("toolchain", TOOLCHAINS, ids=IDS)
+def test_toolchain_versions_differ_and_name_the_release(toolchain):
+    assert toolchain.version().startswith(f"rocm {toolchain.rocm_release} ")
+    assert re.fullmatch(r"\d+\.\d+", toolchain.rocm)
+    assert len({t.version() for t in TOOLCHAINS}) == len(TOOLCHAINS)  # each its own cache keys
+
+
+@pytest.mark.parametrize("toolchain", TOOLCHAINS, ids=IDS)
+def test_small_kernel_metadata(toolchain):
+    binary, _log = _compile(KERNEL, toolchain=toolchain)
     assert binary[:4] == b"\x7fELF"
     meta = amdgpu_metadata.kernel_metadata(binary, "pa_test_kernel")
     assert meta[".symbol"] == "pa_test_kernel.kd"
@@ -81,20 +94,23 @@ def test_disassembly_when_available():
     assert "s_endpgm" in text
 
 
-def test_compile_error_carries_clang_diagnostic():
+@pytest.mark.parametrize("toolchain", TOOLCHAINS, ids=IDS)
+def test_compile_error_carries_clang_diagnostic(toolchain):
     broken = KERNEL.replace("tile[threadIdx.x] =", "tile[threadIdx.x] = pa_no_such_symbol +")
     with pytest.raises(CompileError) as info:
-        _compile(broken)
+        _compile(broken, toolchain=toolchain)
     err = info.value
     assert not isinstance(err, hiprtc.CompilerCrashError)
     assert err.backend == "hiprtc" and err.arch == "gfx90a" and err.name == "pa_test.cu"
     assert "pa_no_such_symbol" in err.log and "error" in err.log
     assert re.search(r"pa_test\.cu:\d+:\d+", err.log), err.log
+    assert "comgr-" not in err.log, err.log  # the compiler's temporary directories are not shown
 
 
-def test_missing_header_is_a_compile_error():
+@pytest.mark.parametrize("toolchain", TOOLCHAINS, ids=IDS)
+def test_missing_header_is_a_compile_error(toolchain):
     with pytest.raises(CompileError, match="pa_test_scale.cuh"):
-        _compile(KERNEL, headers=())
+        _compile(KERNEL, headers=(), toolchain=toolchain)
 
 
 def test_unknown_arch_is_refused_up_front():
@@ -104,6 +120,8 @@ def test_unknown_arch_is_refused_up_front():
         _compile(KERNEL, arch=arch)
     msg = str(info.value)
     assert arch in msg and "gfx90a" in msg
+    if arch == "gfx942":
+        assert "gfx942 needs ROCm >= 5.7 (installed: ROCm 5." in msg, msg
 
 
 def test_compiler_crash_does_not_kill_the_caller():

@@ -43,7 +43,6 @@ def test_shim_links_both_names_and_is_reused(tmp_path, monkeypatch):
     assert env["ROCM_PATH"] == str(root)
     assert env["LD_LIBRARY_PATH"].split(os.pathsep) == [str(root / "lib"), "/elsewhere"]
     assert libs.hiprtc_in_runtime
-    assert libs.version().startswith("rocm-hiprtc 5.2.21153 comgr none")
     assert rocm_libs.RocmLibs(runtime, runtime, None, None).env() == {}
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from portattn import UnsupportedTargetError
-from portattn.runtime.target import Target, available_targets
+from portattn.runtime.target import KNOWN_ARCHS, WAVE_SLOTS, Target, available_targets
 
 
 def test_offline_and_detected_targets_agree(fake_device):
@@ -31,5 +31,13 @@ def test_no_gpu_means_no_available_targets(monkeypatch):
 
 
 def test_unknown_named_arch_is_refused_with_the_known_list():
-    with pytest.raises(UnsupportedTargetError, match="known: gfx1100, gfx908, gfx90a"):
+    with pytest.raises(UnsupportedTargetError, match="known: gfx1100, gfx1201, gfx908, gfx90a, gfx942, gfx950, sm_80"):
         Target.for_arch("gfx803")
+
+
+def test_every_amd_arch_has_a_family_with_occupancy_rules_and_a_rocm_release():
+    for arch, info in KNOWN_ARCHS.items():
+        if arch.startswith("gfx"):
+            assert info.family in WAVE_SLOTS, arch
+            assert info.lanes == (32 if info.family.startswith("rdna") else 64), arch
+            assert tuple(int(x) for x in info.min_rocm.split(".")) >= (4, 0), arch
