@@ -71,6 +71,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dkdv_si
             pa_bwd_simt_grads<true, BN, BM>(p_s, ds_s, k_s, q_s, v_s, do_s, lse_s, delta_s, mask, p.scale_log2, p.scale,
                                             n0, m0, m0);
             __syncthreads();
+#pragma unroll 2
             for (int m = 0; m < BM; ++m) {
                 const float pm = p_s[kr * LDT + m], dsm = ds_s[kr * LDT + m];
 #pragma unroll
@@ -83,6 +84,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dkdv_si
                 float dq[QC];
 #pragma unroll
                 for (int j = 0; j < QC; ++j) dq[j] = 0.f;
+#pragma unroll 2
                 for (int n = 0; n < BN; ++n) {
                     const float dsn = ds_s[n * LDT + qr];
 #pragma unroll

@@ -65,6 +65,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dq_simt
         pa_bwd_simt_grads<false, BM, BN>(p_s, ds_s, q_s, k_s, do_s, v_s, lse_s, delta_s, mask, p.scale_log2, p.scale,
                                          m0, n0, m0);
         __syncthreads();
+#pragma unroll 2
         for (int n = 0; n < BN; ++n) {
             const float dsn = ds_s[qr * LDT + n];
 #pragma unroll
