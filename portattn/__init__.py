@@ -19,6 +19,7 @@ from . import _moved  # noqa: E402
 from .errors import CompileError, DriverError, PortattnError, UnsupportedTargetError  # noqa: E402
 from .integrations.sdpa import SdpaStats, disable_sdpa_patch, enable_sdpa_patch, patch_sdpa  # noqa: E402
 from .ops.attention import attention, scaled_dot_product_attention  # noqa: E402
+from .ops.kvcache import attention_with_kvcache  # noqa: E402
 from .runtime.target import Target, available_targets  # noqa: E402
 
 _moved.install()
@@ -31,6 +32,7 @@ __all__ = [
     "Target",
     "UnsupportedTargetError",
     "attention",
+    "attention_with_kvcache",
     "disable_sdpa_patch",
     "enable_sdpa_patch",
     "patch_sdpa",

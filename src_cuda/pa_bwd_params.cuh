@@ -37,7 +37,7 @@ struct PaBwdParams {
     int dq_atomic;     // 1: the dK/dV kernel also adds dQ into dq_accum (0: the dQ kernel computes dQ)
 };
 
-PA_DEVICE PaMask pa_bwd_mask(const PaBwdParams& p) { return PaMask{p.seqlen_k, p.causal}; }
+PA_DEVICE PaMask pa_bwd_mask(const PaBwdParams& p) { return PaMask{p.seqlen_k, p.causal, 0}; }
 
 // Per query row of the tile m0 .. m0 + ROWS - 1: the LSE in log2 units and delta (0 for rows past the end, whose
 // Q and dO rows are zeros, so that they add nothing). Called by the whole block.

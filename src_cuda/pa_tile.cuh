@@ -205,6 +205,16 @@ PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], 
 }
 #endif  // PA_MMA_WGMMA
 
+// Store row rr of this lane's fragments c as floats (columns of fragment j start at j * PA_MMA_N), times `scale`.
+template <int ON>
+PA_DEVICE void pa_tile_store_row_f32(float* row, const pa_mma_c (&c)[ON], int rr, float scale) {
+#pragma unroll
+    for (int j = 0; j < ON; ++j)
+#pragma unroll
+        for (int e = 0; e < PA_MMA_C_COLS; ++e)
+            row[j * PA_MMA_N + pa_mma_c_col(e)] = c[j][rr * PA_MMA_C_COLS + e] * scale;
+}
+
 // Store row rr of this lane's output fragments c (columns of fragment j start at j * PA_MMA_N), times `scale`.
 template <int ON>
 PA_DEVICE void pa_tile_store_row(pa_elem* row, const pa_mma_c (&c)[ON], int rr, float scale) {
@@ -242,21 +252,27 @@ struct PaTileLoader {
             smem[i] = row[i] < ROWS ? pa_tile_offset<ROWS>(row[i], col[i]) : 0;
         }
     }
-    // Start copying rows of `src` (row stride `stride`); rows at or past `valid` become zeros.
-    PA_DEVICE void start(pa_elem* tile, const pa_elem* src, pa_i64 stride, int valid) const {
+    // Start copying the rows given by row_of(r) (a pointer to row r, for r < valid); rows at or past `valid` become
+    // zeros.
+    template <class RowOf>
+    PA_DEVICE void start_rows(pa_elem* tile, const RowOf& row_of, int valid) const {
         if constexpr (KEEP) {
 #pragma unroll
             for (int i = 0; i < COPIES; ++i) {
                 if (TOTAL % PA_THREADS != 0 && i == COPIES - 1 && (int)threadIdx.x >= TOTAL - i * PA_THREADS) break;
                 const bool ok = row[i] < valid;
-                pa_async_copy16(tile + smem[i], ok ? src + row[i] * stride + col[i] : src, ok);
+                pa_async_copy16(tile + smem[i], ok ? row_of(row[i]) + col[i] : nullptr, ok);
             }
         } else {
             for (int idx = threadIdx.x; idx < TOTAL; idx += PA_THREADS) {
                 const int r = idx / CHUNKS, c = idx % CHUNKS * PA_TILE_CHUNK;
                 const bool ok = r < valid;
-                pa_async_copy16(tile + pa_tile_offset<ROWS>(r, c), ok ? src + r * stride + c : src, ok);
+                pa_async_copy16(tile + pa_tile_offset<ROWS>(r, c), ok ? row_of(r) + c : nullptr, ok);
             }
         }
+    }
+    // Start copying rows of `src` (row stride `stride`); rows at or past `valid` become zeros.
+    PA_DEVICE void start(pa_elem* tile, const pa_elem* src, pa_i64 stride, int valid) const {
+        start_rows(tile, [=](int r) { return src + r * stride; }, valid);
     }
 };

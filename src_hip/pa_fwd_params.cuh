@@ -21,7 +21,7 @@ struct PaFwdParams {
     int num_m_blocks;  // ceil(seqlen_q / PA_BLOCK_M)
 };
 
-PA_DEVICE PaMask pa_fwd_mask(const PaFwdParams& p) { return PaMask{p.seqlen_k, p.causal}; }
+PA_DEVICE PaMask pa_fwd_mask(const PaFwdParams& p) { return PaMask{p.seqlen_k, p.causal, 0}; }
 
 // The (batch, head), key/value head and first query row of work item `work` (PA_BLOCK_M query rows of one head;
 // by default the block's own, one item per block). Consecutive items are the query blocks of one (batch, head), so

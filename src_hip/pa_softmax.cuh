@@ -8,7 +8,13 @@
 //   pa_softmax_tile(s, sm, mask, scale_log2, row0, n0)
 //                                               scores of keys n0 .. into probabilities; moves the maxima and
 //                                               sums; returns whether any output row needs rescaling
+//   pa_softmax_tile(s, sm, key_end, scale_log2, row0, n0, masked)
+//                                               the same with the visible keys of each row given by a function
+//                                               (key_end(row): the row sees keys [0, end)), masking when `masked`
 //   pa_softmax_rescale(acc, sm)                 applies the rescale factors to the output fragments
+//   pa_softmax_finish(acc, sm, row0, emit)      per output row of this wave: emit(row, mt, rr, inv, lse) with (mt,
+//                                               rr) the row's place in the C fragments, inv the normaliser (0 for a
+//                                               row that saw no key) and lse its natural-log LSE (-inf then)
 //   pa_softmax_store(acc, sm, o, o_stride, row0, seqlen_q, lse)
 //                                               normalises and stores this wave's output rows (and their LSE)
 #pragma once
@@ -39,16 +45,16 @@ PA_DEVICE void pa_softmax_init(PaSoftmax<MT>& sm) {
 }
 
 // MASKED: the tile holds keys some rows do not see, which score -inf.
-template <bool MASKED, int MT, int SN>
-PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const PaMask& mask, float scale_log2,
-                                      int row0, int n0) {
+template <bool MASKED, int MT, int SN, class KeyEnd>
+PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const KeyEnd& key_end_of,
+                                      float scale_log2, int row0, int n0) {
     bool any_rescale = false;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
             int key_end = 0;  // keys visible to the row end here
-            if (MASKED) key_end = pa_mask_key_end(mask, row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r));
+            if (MASKED) key_end = key_end_of(row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r));
             float raw_max = pa_neg_inf();
 #pragma unroll
             for (int j = 0; j < SN; ++j)
@@ -85,14 +91,21 @@ PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, 
     return any_rescale;
 }
 
+template <int MT, int SN, class KeyEnd>
+PA_DEVICE bool pa_softmax_tile(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const KeyEnd& key_end_of, float scale_log2,
+                               int row0, int n0, bool masked) {
+    return masked ? pa_softmax_tile_masked<true>(s, sm, key_end_of, scale_log2, row0, n0)
+                  : pa_softmax_tile_masked<false>(s, sm, key_end_of, scale_log2, row0, n0);
+}
+
 // Scores of the key tile n0 .. n0 + SN * PA_MMA_N - 1 into probabilities; per-element masking only where the tile
 // needs it.
 template <int MT, int SN>
 PA_DEVICE bool pa_softmax_tile(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const PaMask& mask, float scale_log2, int row0,
                                int n0) {
-    return pa_mask_tile_partial(mask, row0, n0, SN * PA_MMA_N)
-               ? pa_softmax_tile_masked<true>(s, sm, mask, scale_log2, row0, n0)
-               : pa_softmax_tile_masked<false>(s, sm, mask, scale_log2, row0, n0);
+    return pa_softmax_tile(
+        s, sm, [&](int row) { return pa_mask_key_end(mask, row); }, scale_log2, row0, n0,
+        pa_mask_tile_partial(mask, row0, n0, SN * PA_MMA_N));
 }
 
 template <int MT, int ON>
@@ -107,20 +120,29 @@ PA_DEVICE void pa_softmax_rescale(pa_mma_c (&acc)[MT][ON], const PaSoftmax<MT>& 
                 for (int e = 0; e < PA_MMA_C_COLS; ++e) acc[mt][j][r * PA_MMA_C_COLS + e] *= sm.rescale[mt][r];
 }
 
+// Per output row of this wave (rows row0 + ...): emit(row, mt, rr, inv, lse).
+template <int MT, int ON, class Emit>
+PA_DEVICE void pa_softmax_finish(const pa_mma_c (&acc)[MT][ON], const PaSoftmax<MT>& sm, int row0, const Emit& emit) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
+            const float total = pa_group_sum<PA_MMA_ROW_LANES>(sm.row_sum[mt][r]);
+            const bool seen = total > 0.f;
+            emit(row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r), mt, r, seen ? 1.f / total : 0.f,
+                 seen ? pa_row_lse(sm.row_max[mt][r], total) : pa_neg_inf());
+        }
+    }
+}
+
 // Normalise and store this wave's output rows of the block starting at row0 (rows at or past seqlen_q are skipped);
 // `lse` (null: not wanted) receives each row's natural-log LSE at lse[row].
 template <int MT, int ON>
 PA_DEVICE void pa_softmax_store(const pa_mma_c (&acc)[MT][ON], const PaSoftmax<MT>& sm, pa_elem* o, pa_i64 o_stride,
                                 int row0, int seqlen_q, float* lse) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
-            const int row = row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r);
-            const float total = pa_group_sum<PA_MMA_ROW_LANES>(sm.row_sum[mt][r]);
-            if (row >= seqlen_q) continue;
-            pa_tile_store_row(o + (pa_i64)row * o_stride, acc[mt], r, 1.f / total);
-            if (lse != nullptr && pa_mma_c_col(0) == 0) lse[row] = pa_row_lse(sm.row_max[mt][r], total);
-        }
-    }
+    pa_softmax_finish(acc, sm, row0, [&](int row, int mt, int r, float inv, float row_lse) {
+        if (row >= seqlen_q) return;
+        pa_tile_store_row(o + (pa_i64)row * o_stride, acc[mt], r, inv);
+        if (lse != nullptr && pa_mma_c_col(0) == 0) lse[row] = row_lse;
+    });
 }

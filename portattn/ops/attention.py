@@ -6,7 +6,8 @@ The path of one call, all of it in this file down to the kernel family's ``run``
       -> torch.ops.portattn.attention        the operator (attention_out with ``out=``): torch.compile and CUDA graphs
                                              see one opaque call; its fake implementation gives the output's layout
         -> _forward_into                     empty shapes, the layout the kernels read, scale >= 0
-          -> kernels.forward.run             target, variant, loaded function, parameters, launch
+          -> kernels.forward.run             target, variant, loaded function, parameters, launch (or
+             kernels.decode.run              for at most decode.MAX_QUERIES query rows, not causal)
 
 Training: ``portattn::attention`` is differentiable through autograd. Its backward is the operator
 ``portattn::attention_backward`` (so AOTAutograd traces it too), which runs ``kernels.backward.run`` from the saved
@@ -23,7 +24,8 @@ from typing import Any, Optional, Tuple, Union
 
 import torch
 
-from ..kernels import backward, forward
+from ..kernels import backward, decode, forward
+from ..kernels.variant import forced_kernel
 from .support import gpu_problem, options_problem, qkv_problem, sdpa_problem
 
 
@@ -58,10 +60,26 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         q, scale = -q, -scale
     # The kernels store pairs of elements: an output with unaligned rows is written through a temporary.
     dest = out if _in_kernel_layout(out) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
-    with torch.cuda.device(q.device):
-        forward.run(_kernel_layout(q), _kernel_layout(k), _kernel_layout(v), dest, lse, causal, scale)
+    q, k, v = _kernel_layout(q), _kernel_layout(k), _kernel_layout(v)
+    if not causal and q.shape[2] <= decode.MAX_QUERIES and forced_kernel() is None:  # a few query rows: decoding
+        decode.run(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dest.transpose(1, 2), lse,
+                   _lengths(q.shape[0], k.shape[2], q.device), None, None, None, False, scale, 0, k.shape[2])
+    else:
+        forward.run(q, k, v, dest, lse, causal, scale)
     if dest is not out:
         out.copy_(dest)
+
+
+_length_tensors: dict[tuple, torch.Tensor] = {}
+
+
+def _lengths(batch: int, keys: int, device: torch.device) -> torch.Tensor:
+    """int32 [batch] filled with ``keys`` on ``device`` (kept: it is the same for every call of a shape)."""
+    key = (batch, keys, device)
+    t = _length_tensors.get(key)
+    if t is None:
+        t = _length_tensors[key] = torch.full((batch,), keys, dtype=torch.int32, device=device)
+    return t
 
 
 @torch.library.custom_op("portattn::attention", mutates_args=(), device_types="cuda")

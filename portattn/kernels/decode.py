@@ -1,0 +1,201 @@
+"""The decode kernel family: attention of a few query positions per sequence over a KV cache (contiguous or paged),
+with split-KV and grouped-query packing.
+
+Kernels, one parameter struct (``PaDecodeParams``, ``pa_decode_params.cuh``):
+- ``flash_decode_append.cu``: new keys and values written into the cache in place (when the call brings some);
+- ``flash_decode_mma.cu``: per block, the packed query rows of one (sequence, key/value head) against one split of
+  its keys, on the matrix units;
+- ``flash_decode_combine.cu``: the splits' rows merged by their LSE (when there is more than one split).
+
+Tuning is data: ``DECODE_TILES[family][(dtype, head dim)]`` lists the tiles by the packed rows they hold
+(``block_m``: query heads per key/value head times query positions, 16 or 64), ``block_n`` keys per tile. The
+number of splits comes from the shape and the GPU's multiprocessor count (``splits``), or from the caller.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from ..errors import UnsupportedTargetError
+from ..runtime import loader
+from ..runtime.params import struct_from_header
+from ..runtime.target import Target
+from .variant import DTYPES, HALF, HEAD_DIMS, KernelSpec, Rows, TileConfig, dtype_name, launch_target, rows
+
+T = TileConfig
+F32 = ("float32",)
+
+# One wave per 16 packed rows; the 64-row tiles (4 waves) serve speculative decoding and wide groups.
+_NV = rows(HALF, {d: T(block_m=16, block_n=64, threads=32) for d in (32, 64, 96, 128)}) | rows(
+    HALF, {256: T(block_m=16, block_n=32, threads=32)}) | rows(
+    F32, {d: T(block_m=16, block_n=32, threads=32) for d in (32, 64, 96, 128)})
+_NV_WIDE = {key: replace(tile, block_m=64, threads=128) for key, tile in _NV.items()}
+# 64 KiB of LDS per CU: 4-wave workgroups of 64 packed rows with 16-key tiles keep two workgroups (two waves per
+# SIMD) on a CU where their Q, K and V tiles fit twice (16-bit d <= 128, float32 d <= 64).
+_AMD = rows(HALF + F32, {d: T(block_m=64, block_n=16, threads=256) for d in HEAD_DIMS})
+_AMD_NO_BF16 = {key: tile for key, tile in _AMD.items() if key[0] != "bfloat16"}
+
+DECODE_TILES: dict[str, tuple[Rows, ...]] = {
+    "sm80": (_NV, _NV_WIDE), "sm86": (_NV, _NV_WIDE), "sm90": (_NV, _NV_WIDE),
+    "cdna1": (_AMD_NO_BF16,), "cdna2": (_AMD,), "cdna3": (_AMD,), "cdna4": (_AMD,),
+}
+HELPER_THREADS = 256  # append and combine kernels
+COMBINE_ROW_LANES = 16
+MAX_SPLITS = 128
+MAX_QUERIES = 16  # attention calls with at most this many query rows (not causal) run as decoding
+SPLIT_BLOCKS_PER_SM = 4  # automatic splits: enough blocks for this many per multiprocessor
+
+DecodeParams = struct_from_header("pa_decode_params.cuh", "PaDecodeParams")
+
+
+@dataclass(frozen=True)
+class DecodeSpec(KernelSpec):
+    """One decode kernel: ``stage`` is "append", "attend" or "combine"."""
+
+    stage: str = "attend"
+
+    FILES = {
+        "append": ("flash_decode_append.cu", "pa_flash_decode_append"),
+        "attend": ("flash_decode_mma.cu", "pa_flash_decode_mma"),
+        "combine": ("flash_decode_combine.cu", "pa_flash_decode_combine"),
+    }
+    KERNELS = {"mma": FILES["attend"]}
+
+    @property
+    def filename(self) -> str:
+        return self.FILES[self.stage][0]
+
+    @property
+    def function(self) -> str:
+        return self.FILES[self.stage][1]
+
+    def family_defines(self) -> dict[str, int]:
+        return {"PA_ROW_LANES": self.tile.row_lanes} if self.stage == "combine" else {}
+
+    @property
+    def smem_bytes(self) -> int:
+        """attend: the packed Q tile, one K and one V tile, rows padded by 16 bytes; append, combine: none."""
+        if self.stage != "attend":
+            return 0
+        size = 4 if self.dtype == "float32" else 2
+        return size * (self.tile.block_m + 2 * self.tile.block_n) * (self.head_dim + 16 // size)
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    append: DecodeSpec
+    attend: DecodeSpec
+    combine: DecodeSpec
+
+
+def select(target: Target, dtype: str, head_dim: int, packed_rows: int = 1) -> DecodePlan:
+    """The decode kernels for ``dtype`` and ``head_dim`` on ``target``, for ``packed_rows`` query rows per
+    key/value head (query heads per key/value head times query positions)."""
+    fam = target.family
+    if dtype not in DTYPES:
+        raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head dim {head_dim} is not supported; supported: {', '.join(map(str, HEAD_DIMS))}")
+    tables = DECODE_TILES.get(fam, ())
+    candidates = [t[(dtype, head_dim)] for t in tables if (dtype, head_dim) in t]
+    if not candidates:
+        raise NotImplementedError(f"{dtype} decoding has no kernel for {target.tuning_arch} at head dim {head_dim} yet")
+    tile = next((t for t in candidates if t.block_m >= packed_rows), candidates[-1])
+    attend = DecodeSpec("mma", dtype, head_dim, tile, target.lanes, target.emulated)
+    helper = T(block_m=HELPER_THREADS // COMBINE_ROW_LANES, block_n=0, threads=HELPER_THREADS,
+               row_lanes=COMBINE_ROW_LANES)
+    plan = DecodePlan(replace(attend, tile=helper, stage="append"), attend,
+                      replace(attend, tile=helper, stage="combine"))
+    attend.check_fits(target)
+    return plan
+
+
+def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
+    try:
+        select(target, dtype_name(dtype), head_dim)
+    except (NotImplementedError, UnsupportedTargetError, ValueError):
+        return False
+    return True
+
+
+def shipped_variants(target: Target) -> list[DecodeSpec]:
+    """Every decode kernel portattn can use on ``target``."""
+    specs: list[DecodeSpec] = []
+    for table in DECODE_TILES.get(target.family, ()):
+        for dt, d in table:
+            plan = select(target, dt, d, table[(dt, d)].block_m)
+            specs += [s for s in (plan.append, plan.attend, plan.combine) if s not in specs]
+    return specs
+
+
+def splits(target: Target, base_blocks: int, keys: int, block_n: int) -> int:
+    """Key splits per (sequence, head, row block): enough blocks for SPLIT_BLOCKS_PER_SM per multiprocessor, at
+    least one key tile per split, at most MAX_SPLITS."""
+    wanted = -(-SPLIT_BLOCKS_PER_SM * target.multiprocessors // max(base_blocks, 1))
+    return max(1, min(wanted, -(-keys // block_n), MAX_SPLITS))
+
+
+def _strides_bnh(t: torch.Tensor) -> tuple[int, int, int]:
+    """Element strides of a [B, N, H, D] tensor's dims 0..2 (a size-1 dim gets stride 0)."""
+    return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
+
+
+def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
+        cache_seqlens: torch.Tensor, k_new: torch.Tensor | None, v_new: torch.Tensor | None,
+        block_table: torch.Tensor | None, causal: bool, scale: float, num_splits: int, max_keys: int | None) -> None:
+    """Append (when k_new is given), attend and combine on ``q``'s device and torch's current stream. Inputs are
+    validated, in kernel layouts (unit stride along the head dim, 16-byte aligned rows), ``scale >= 0``;
+    ``cache_seqlens`` is int32 on the device; ``max_keys`` bounds the keys of any sequence when the caller knows it."""
+    target = launch_target(q.device)
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    packed = heads_q // heads_kv * seqlen_q
+    plan = select(target, dtype_name(q.dtype), head_dim, packed)
+    paged = block_table is not None
+    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    bm, bn = plan.attend.tile.block_m, plan.attend.tile.block_n
+    row_blocks = -(-packed // bm)
+    keys = max(1, min(capacity, max_keys) if max_keys is not None else capacity)
+    n_splits = num_splits or splits(target, batch * heads_kv * row_blocks, keys, bn)
+    per_split = -(-keys // max(1, min(n_splits, -(-keys // bn))))
+    keys_per_split = -(-per_split // bn) * bn  # whole key tiles
+    n_splits = -(-keys // keys_per_split)
+    o_part = lse_part = None
+    if n_splits > 1:
+        o_part = torch.empty((n_splits, batch, heads_q, seqlen_q, head_dim), dtype=torch.float32, device=q.device)
+        lse_part = torch.empty((n_splits, batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    p = DecodeParams(
+        q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=out.data_ptr(),
+        lse=lse.data_ptr() if lse is not None else None,
+        o_part=o_part.data_ptr() if o_part is not None else None,
+        lse_part=lse_part.data_ptr() if lse_part is not None else None,
+        k_new=k_new.data_ptr() if k_new is not None else None, v_new=v_new.data_ptr() if v_new is not None else None,
+        cache_seqlens=cache_seqlens.data_ptr(), block_table=block_table.data_ptr() if paged else None,
+        batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q,
+        seqlen_new=k_new.shape[1] if k_new is not None else 0, capacity=capacity,
+        page_size=k_cache.shape[1] if paged else 0, max_pages=block_table.shape[1] if paged else 0,
+        num_pages=k_cache.shape[0] if paged else 0, causal=int(causal), scale_log2=scale * 1.4426950408889634,
+        row_blocks=row_blocks, num_splits=n_splits, keys_per_split=keys_per_split,
+    )
+    for name, t in (("q", q), ("k", k_cache), ("v", v_cache), ("o", out), ("kn", k_new), ("vn", v_new)):
+        if t is None:
+            continue
+        sb, sn, sh = (t.stride(0), t.stride(1), t.stride(2)) if name in ("k", "v") else _strides_bnh(t)
+        setattr(p, f"{name}_sb", sb)
+        setattr(p, f"{name}_sn", sn)
+        setattr(p, f"{name}_sh", sh)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    device = q.device.index
+    launches = []
+    if k_new is not None and k_new.shape[1] > 0:
+        per_block = HELPER_THREADS // (head_dim * q.element_size() // 16)
+        launches.append((plan.append, -(-batch * k_new.shape[1] * heads_kv // per_block)))
+    launches.append((plan.attend, n_splits * row_blocks * batch * heads_kv))
+    if n_splits > 1:
+        launches.append((plan.combine, -(-batch * heads_q * seqlen_q // plan.combine.tile.block_m)))
+    for spec, grid in launches:
+        if grid >= 2**31:
+            raise ValueError(f"problem too large: {grid} blocks for {spec.function} (must be < 2**31)")
+        fn = loader.kernel_function(spec, target, device)
+        loader.launch(target, fn, grid, spec.tile.threads, spec.smem_bytes, p, stream)

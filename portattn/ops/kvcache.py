@@ -1,0 +1,180 @@
+"""Attention over a KV cache for generation: ``attention_with_kvcache`` and its operator.
+
+Layouts follow flash-attn (``[batch, seq, heads, head_dim]``): q ``[B, Nq, Hq, D]``; the cache ``[B, capacity, Hk, D]``
+or, paged, ``[num_pages, page_size, Hk, D]`` with ``block_table`` int32 ``[B, max_pages]``. ``cache_seqlens[b]``
+keys are in sequence b's cache before the call; new keys ``k``/``v`` ``[B, Nnew, Hk, D]`` are written after them,
+in place, and attention covers all of them. Causal masks are aligned bottom-right: query position i of Nq sees keys
+up to ``L - Nq + i`` for a sequence of L keys.
+
+The path of one call: ``attention_with_kvcache`` validates (no device sync) -> ``torch.ops.portattn.attention_with_
+kvcache`` (mutates the caches when appending; torch.compile and CUDA graphs see one call) -> ``kernels.decode.run``.
+"""
+# No ``from __future__ import annotations``: torch 2.4 infers the operator schemas from real annotations.
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+
+from ..kernels import decode
+from ..kernels.variant import HEAD_DIMS
+from .attention import _in_kernel_layout, _kernel_layout
+from .support import SUPPORTED_DTYPES, options_problem
+
+PAGE_MULTIPLE = 16
+
+
+def _new_lse(q: torch.Tensor, return_lse: bool) -> torch.Tensor:
+    shape = (q.shape[0], q.shape[2], q.shape[1]) if return_lse else (0,)
+    return torch.empty(shape, dtype=torch.float32, device=q.device)
+
+
+@torch.library.custom_op("portattn::attention_with_kvcache", mutates_args=("k_cache", "v_cache"), device_types="cuda")
+def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+               k: Optional[torch.Tensor], v: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
+               causal: bool, scale: float, num_splits: int, return_lse: bool,
+               max_keys: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Decode attention (see the module docstring); ``max_keys`` bounds the keys of any sequence (-1: unknown)."""
+    out, lse = torch.empty_like(q), _new_lse(q, return_lse)
+    if q.numel() == 0:
+        return out, lse
+    if scale < 0:  # the kernels take scale >= 0
+        q, scale = -q, -scale
+    dest = out if _in_kernel_layout(out) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
+    decode.run(_kernel_layout(q), k_cache, v_cache, dest, lse if return_lse else None, cache_seqlens,
+               None if k is None else _kernel_layout(k), None if v is None else _kernel_layout(v), block_table,
+               causal, scale, num_splits, None if max_keys < 0 else max_keys)
+    if dest is not out:
+        out.copy_(dest)
+    return out, lse
+
+
+@kvcache_op.register_fake
+def _kvcache_fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+                  k: Optional[torch.Tensor], v: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
+                  causal: bool, scale: float, num_splits: int, return_lse: bool,
+                  max_keys: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(q), _new_lse(q, return_lse)
+
+
+def _check_4d(name: str, t: object, dims: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 4:
+        raise ValueError(f"{name} must be 4-D {dims}, got shape {tuple(t.shape)}")
+    return t
+
+
+def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k: object, v: object,
+           block_table: object, num_splits: object) -> int:
+    """Validate without touching the device; returns the largest number of keys of a sequence (-1: not known,
+    the lengths live on the device, where the kernels check them)."""
+    q = _check_4d("q", q, "[batch, seqlen_q, heads, head_dim]")
+    k_cache = _check_4d("k_cache", k_cache, "[batch, capacity, heads_kv, head_dim] or pages")
+    v_cache = _check_4d("v_cache", v_cache, "[batch, capacity, heads_kv, head_dim] or pages")
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"q has dtype {q.dtype}; supported: torch.float32, torch.float16, torch.bfloat16")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; they must share a dtype")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    if q.device.type != "cuda":
+        raise ValueError(f"portattn runs on a GPU: q is on {q.device}")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have the same shape, got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    batch, _, heads_q, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    if k_cache.shape[3] != head_dim:
+        raise ValueError(f"k_cache has head_dim {k_cache.shape[3]} but q has {head_dim}")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"q has head_dim {head_dim}; supported head dims: {', '.join(map(str, HEAD_DIMS))}")
+    if heads_kv == 0 or heads_q % heads_kv:
+        raise ValueError(f"q's heads ({heads_q}) must be a multiple of the cache's heads ({heads_kv})")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.numel() and not _in_kernel_layout(t):
+            raise ValueError(f"{name} must have unit stride along head_dim and 16-byte aligned rows (it is written "
+                             "in place, so it cannot be copied)")
+    if block_table is None:
+        if k_cache.shape[0] != batch:
+            raise ValueError(f"k_cache holds {k_cache.shape[0]} sequences but q has batch {batch}")
+        capacity = k_cache.shape[1]
+    else:
+        if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2:
+            raise TypeError("block_table must be an int32 tensor [batch, max_pages_per_sequence]")
+        if block_table.shape[0] != batch or block_table.device != q.device:
+            raise ValueError(f"block_table must be [batch={batch}, max_pages] on {q.device}, got "
+                             f"{tuple(block_table.shape)} on {block_table.device}")
+        if block_table.stride(1) != 1 or block_table.stride(0) != block_table.shape[1]:
+            raise ValueError("block_table must be contiguous")
+        if k_cache.shape[1] % PAGE_MULTIPLE:
+            raise ValueError(f"the page size (k_cache.shape[1] = {k_cache.shape[1]}) must be a multiple of "
+                             f"{PAGE_MULTIPLE}")
+        capacity = block_table.shape[1] * k_cache.shape[1]
+    new = 0
+    if (k is None) != (v is None):
+        raise ValueError("k and v must be given together (new keys and values to append) or not at all")
+    if k is not None:
+        k = _check_4d("k", k, "[batch, seqlen_new, heads_kv, head_dim]")
+        v = _check_4d("v", v, "[batch, seqlen_new, heads_kv, head_dim]")
+        for name, t in (("k", k), ("v", v)):
+            if t.shape[0] != batch or t.shape[2:] != k_cache.shape[2:] or t.dtype != q.dtype or t.device != q.device:
+                raise ValueError(f"{name} must be [batch={batch}, seqlen_new, {heads_kv}, {head_dim}] of {q.dtype} "
+                                 f"on {q.device}, got {tuple(t.shape)} of {t.dtype} on {t.device}")
+        if k.shape != v.shape:
+            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        new = k.shape[1]
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError(f"num_splits must be an int >= 0 (0: chosen from the shape), got {num_splits!r}")
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        lengths = [cache_seqlens] * batch
+    elif isinstance(cache_seqlens, torch.Tensor):
+        if cache_seqlens.dtype != torch.int32 or cache_seqlens.shape != (batch,):
+            raise TypeError(f"cache_seqlens must be an int or an int32 tensor of shape [{batch}], got "
+                            f"{cache_seqlens.dtype} {tuple(cache_seqlens.shape)}")
+        if cache_seqlens.device.type == "cuda":
+            if cache_seqlens.device != q.device:
+                raise ValueError(f"cache_seqlens is on {cache_seqlens.device} but q is on {q.device}")
+            return -1
+        lengths = cache_seqlens.tolist()
+    else:
+        raise TypeError(f"cache_seqlens must be an int or an int32 tensor, got {type(cache_seqlens).__name__}")
+    for b, n in enumerate(lengths):
+        if n < 0 or n + new > capacity:
+            raise ValueError(f"cache_seqlens[{b}] = {n} with {new} new keys does not fit the cache's {capacity} "
+                             "keys")
+    return max(lengths, default=0) + new
+
+
+def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
+                           cache_seqlens: Union[int, torch.Tensor], k: Optional[torch.Tensor] = None,
+                           v: Optional[torch.Tensor] = None, block_table: Optional[torch.Tensor] = None,
+                           causal: bool = True, scale: Optional[float] = None, num_splits: int = 0,
+                           return_lse: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Attention of ``q`` ``[B, Nq, Hq, D]`` over each sequence's KV cache, for generation.
+
+    ``k_cache``/``v_cache``: ``[B, capacity, Hk, D]``, or pages ``[num_pages, page_size, Hk, D]`` (page_size a
+    multiple of 16) with ``block_table`` int32 ``[B, max_pages]`` naming each sequence's pages in order.
+    ``cache_seqlens`` (int, or int32 ``[B]``): keys already in each cache. ``k``/``v`` ``[B, Nnew, Hk, D]``, when
+    given, are written into the caches after them (in place) and attended to. ``causal`` aligns bottom-right (query
+    position i of Nq sees keys up to ``L - Nq + i``). ``num_splits``: key splits per sequence (0: chosen from the
+    shape and the GPU). Returns ``out`` ``[B, Nq, Hq, D]`` (and the natural-log LSE ``[B, Hq, Nq]`` with
+    ``return_lse``). Arguments are checked without a device sync; lengths and page indices that live on the GPU
+    are checked by the kernels, which return NaN for a sequence whose length does not fit its cache or whose page
+    table names a page outside the pool (never reading or writing outside them).
+    """
+    max_keys = _check(q, k_cache, v_cache, cache_seqlens, k, v, block_table, num_splits)
+    problem = options_problem(causal, scale)
+    if problem:
+        raise problem.error
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
+        raise RuntimeError("attention_with_kvcache is not differentiable (it serves generation); call it under "
+                           "torch.no_grad()")
+    if not isinstance(cache_seqlens, torch.Tensor):
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    elif cache_seqlens.device != q.device:
+        cache_seqlens = cache_seqlens.to(q.device)
+    scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
+    out, lse = torch.ops.portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k, v, block_table,
+                                                         causal, scale, num_splits, return_lse, max_keys)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,56 @@
+// Decoding, second step with more than one key split: each output row is the sum of the splits' rows weighted by
+// exp(LSE_split - LSE), LSE = log sum exp(LSE_split), in float32. PA_ROW_LANES lanes share a row (each every
+// PA_ROW_LANES-th element); a block covers PA_THREADS / PA_ROW_LANES rows of the [B, Hq, Nq] rows.
+//
+// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_THREADS, PA_ROW_LANES, PA_BF16, PA_F32.
+#include "pa_decode_params.cuh"
+#include "pa_prelude_elem.cuh"
+
+#if !defined(PA_HEAD_DIM) || !defined(PA_THREADS) || !defined(PA_ROW_LANES)
+#error "PA_HEAD_DIM, PA_THREADS and PA_ROW_LANES must be defined by the host"
+#endif
+
+namespace {
+constexpr int D = PA_HEAD_DIM;
+constexpr int RL = PA_ROW_LANES;
+constexpr int PER_LANE = D / RL;
+static_assert(D % RL == 0 && PA_THREADS % RL == 0 && RL <= PA_WARP_SIZE, "bad PA_ROW_LANES");
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_decode_combine(const PaDecodeParams p) {
+    const pa_i64 rows = (pa_i64)p.batch * p.heads_q * p.seqlen_q;
+    const pa_i64 row = (pa_i64)blockIdx.x * (PA_THREADS / RL) + threadIdx.x / RL;
+    const int lane = threadIdx.x % RL;
+    if (row >= rows) return;  // whole row groups leave together: no cross-lane operation follows for them
+
+    float max_lse = pa_neg_inf();
+    bool bad = false;  // a split saw bad indices (its LSE is NaN): so does the row
+    for (int s = 0; s < p.num_splits; ++s) {
+        const float l = p.lse_part[s * rows + row];
+        bad |= l != l;
+        max_lse = fmaxf(max_lse, l);
+    }
+    if (bad) max_lse = __int_as_float(0x7fc00000);
+    float acc[PER_LANE];
+#pragma unroll
+    for (int j = 0; j < PER_LANE; ++j) acc[j] = 0.f;
+    float total = 0.f;
+    if (max_lse != pa_neg_inf() && max_lse == max_lse) {
+        for (int s = 0; s < p.num_splits; ++s) {
+            const float w = pa_exp2((p.lse_part[s * rows + row] - max_lse) * PA_LOG2E);
+            total += w;
+            const float* part = p.o_part + (s * rows + row) * D;
+#pragma unroll
+            for (int j = 0; j < PER_LANE; ++j) acc[j] = fmaf(w, part[lane + RL * j], acc[j]);
+        }
+    }
+    // A row that saw no key in any split: zeros and LSE -inf; NaN (bad indices) stays NaN.
+    const float inv = max_lse == max_lse ? (total > 0.f ? 1.f / total : 0.f) : max_lse;
+    const int i = (int)(row % p.seqlen_q), h = (int)(row / p.seqlen_q % p.heads_q);
+    const int b = (int)(row / p.seqlen_q / p.heads_q);
+    pa_elem* o = static_cast<pa_elem*>(p.o) + b * p.o_sb + (pa_i64)i * p.o_sn + (pa_i64)h * p.o_sh;
+#pragma unroll
+    for (int j = 0; j < PER_LANE; ++j) pa_store_elem(o + lane + RL * j, acc[j] * inv);
+    if (p.lse != nullptr && lane == 0)
+        p.lse[row] = total > 0.f && max_lse == max_lse ? max_lse + pa_log2(total) * PA_LN2 : max_lse;
+}

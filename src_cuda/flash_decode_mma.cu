@@ -1,0 +1,140 @@
+// Decoding on the matrix units: a few query positions per sequence against its KV cache (contiguous or paged), the
+// keys of each (sequence, key/value head) split over blocks (split-KV), the query heads that share a key/value head
+// packed into the rows of one tile so that K and V are read once for all of them.
+//
+// Block x = split + num_splits (row block + row_blocks (b Hk + h_kv)): PA_BLOCK_M packed query rows (pa_decode_params
+// .cuh) against the keys [split keys_per_split, ...) of sequence b. The K / V tiles stream as in the forward's
+// synchronous schedule (V of tile t loads during its scores, K of tile t + 1 during its softmax and P·V), the
+// online softmax and the tile products come from the shared headers. With one split the rows are normalised and
+// stored as the output; otherwise each block stores its rows normalised by its own sum, and its LSE, for
+// flash_decode_combine.cu. A row that sees no key of the split stores zeros and LSE -inf.
+//
+// Bad indices never reach memory: a sequence length outside [0, capacity] or a page outside the pool turns the
+// block's rows into NaN (the host checks what it can without a device sync; this is the backstop).
+//
+// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_SMEM_BYTES, PA_BF16, PA_F32.
+#include "pa_decode_params.cuh"
+#include "pa_softmax.cuh"
+#include "pa_tile.cuh"
+
+#if !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_SMEM_BYTES)
+#error "PA_BLOCK_M, PA_BLOCK_N and PA_SMEM_BYTES must be defined by the host"
+#endif
+#if PA_MMA_WGMMA
+#error "the decode kernel runs on the synchronous tile products"
+#endif
+
+namespace {
+
+constexpr int D = PA_HEAD_DIM;
+constexpr int BM = PA_BLOCK_M;
+constexpr int BN = PA_BLOCK_N;
+constexpr int WAVES = PA_THREADS / PA_WARP_SIZE;
+constexpr int MT = BM / (WAVES * PA_MMA_M);
+constexpr int SN = BN / PA_MMA_N;
+constexpr int ON = D / PA_MMA_N;
+static_assert(PA_THREADS % PA_WARP_SIZE == 0 && MT >= 1 && BM == WAVES * PA_MMA_M * MT, "bad PA_BLOCK_M / PA_THREADS");
+static_assert(SN % PA_MMA_B_TILES == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_N");
+static_assert(D % PA_MMA_K == 0 && ON % PA_MMA_B_TILES == 0, "unsupported PA_HEAD_DIM");
+// Q, one K and one V tile.
+static_assert(PA_SMEM_BYTES == (int)sizeof(pa_elem) * (pa_tile_elems<BM>() + 2 * pa_tile_elems<BN>()),
+              "the host's shared-memory size (PA_SMEM_BYTES) does not match this kernel's tiles");
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_decode_mma(const PaDecodeParams p) {
+    extern __shared__ float4 pa_smem4[];
+    pa_elem* q_s = pa_tile_base(pa_smem4);
+    pa_elem* k_s = q_s + pa_tile_elems<BM>();
+    pa_elem* v_s = k_s + pa_tile_elems<BN>();
+
+    const int split = blockIdx.x % p.num_splits;
+    const int row_block = blockIdx.x / p.num_splits % p.row_blocks;
+    const int bh = blockIdx.x / p.num_splits / p.row_blocks;
+    const int b = bh / p.heads_kv, h_kv = bh % p.heads_kv;
+    const int group = p.heads_q / p.heads_kv;
+    const int rows = group * p.seqlen_q, row0 = row_block * BM;
+
+    const int length = pa_decode_keys(p, b);
+    bool bad = length < 0;
+    const int keys = bad ? 0 : length;
+    const int n_begin = split * p.keys_per_split;
+    const int n_end = min(keys, n_begin + p.keys_per_split);
+    // Packed row r: query position r % Nq of head h_kv G + r / Nq. It sees keys [n_begin, key_end(r)).
+    auto key_end = [&](int r) {
+        const int visible = p.causal ? max(0, min(keys, keys - p.seqlen_q + r % p.seqlen_q + 1)) : keys;
+        return min(n_end, visible);
+    };
+    const int min_key_end = p.causal ? min(n_end, max(0, keys - p.seqlen_q + 1)) : n_end;
+
+    auto q_row = [&](int r) {
+        const int r_abs = row0 + r;
+        return static_cast<const pa_elem*>(p.q) + b * p.q_sb + (pa_i64)(r_abs % p.seqlen_q) * p.q_sn +
+               (pa_i64)(h_kv * group + r_abs / p.seqlen_q) * p.q_sh;
+    };
+    auto cache_row = [&](const void* base, pa_i64 sb, pa_i64 sn, pa_i64 sh, int key) {
+        return static_cast<const pa_elem*>(
+            pa_decode_cache_row(p, base, sb, sn, sh, (int)sizeof(pa_elem), b, h_kv, key, bad));
+    };
+    const PaTileLoader<BN> kv_loader;
+    auto load_k = [&](int n0) {
+        kv_loader.start_rows(k_s, [&](int r) { return cache_row(p.k, p.k_sb, p.k_sn, p.k_sh, n0 + r); }, n_end - n0);
+    };
+    auto load_v = [&](int n0) {
+        kv_loader.start_rows(v_s, [&](int r) { return cache_row(p.v, p.v_sb, p.v_sn, p.v_sh, n0 + r); }, n_end - n0);
+    };
+
+    PaTileLoader<BM>().start_rows(q_s, q_row, rows - row0);
+    if (n_begin < n_end) load_k(n_begin);
+    pa_async_commit();
+
+    pa_mma_c acc[MT][ON];
+    PaSoftmax<MT> sm;
+    pa_softmax_init(sm);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < ON; ++j)
+#pragma unroll
+            for (int i = 0; i < PA_MMA_C_REGS; ++i) acc[mt][j][i] = 0.f;
+
+    for (int n0 = n_begin; n0 < n_end; n0 += BN) {
+        pa_async_wait<0>();
+        __syncthreads();  // K of this tile has landed; every wave is done with the previous V
+        load_v(n0);
+        pa_async_commit();
+        pa_mma_c s[MT][SN];
+        pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s);
+        if (pa_softmax_tile(s, sm, key_end, p.scale_log2, row0, n0, n0 + BN > min_key_end)) pa_softmax_rescale(acc, sm);
+        pa_async_wait<0>();
+        __syncthreads();  // V of this tile has landed; every wave is done with K
+        if (n0 + BN < n_end) {
+            load_k(n0 + BN);
+            pa_async_commit();
+        }
+        pa_tile_pv<MT, ON, BN, SN>(acc, s, v_s);
+    }
+    pa_async_wait<0>();
+    bad = __syncthreads_or(bad);
+
+    const float nan = __int_as_float(0x7fc00000);
+    const pa_i64 q_rows = (pa_i64)p.heads_q * p.seqlen_q;  // per sequence, in [Hq][Nq] order
+    pa_softmax_finish(acc, sm, row0, [&](int r, int mt, int rr, float inv, float lse) {
+        if (r >= rows) return;
+        const int i = r % p.seqlen_q, h = h_kv * group + r / p.seqlen_q;
+        const pa_i64 lse_at = (pa_i64)b * q_rows + (pa_i64)h * p.seqlen_q + i;
+        if (bad) {
+            inv = nan;
+            lse = nan;
+        }
+        if (p.num_splits == 1) {
+            pa_elem* o = static_cast<pa_elem*>(p.o) + b * p.o_sb + (pa_i64)i * p.o_sn + (pa_i64)h * p.o_sh;
+            pa_tile_store_row(o, acc[mt], rr, inv);
+            if (p.lse != nullptr && pa_mma_c_col(0) == 0) p.lse[lse_at] = lse;
+        } else {
+            const pa_i64 part = (pa_i64)split * p.batch * q_rows + lse_at;
+            pa_tile_store_row_f32(p.o_part + part * D, acc[mt], rr, inv);
+            if (pa_mma_c_col(0) == 0) p.lse_part[part] = lse;
+        }
+    });
+}

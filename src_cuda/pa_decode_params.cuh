@@ -1,0 +1,67 @@
+// Launch parameters of the decode kernels (flash_decode_mma.cu, flash_decode_combine.cu): attention of a few query
+// positions per sequence over a KV cache, contiguous or paged. The host's mirror is generated from this struct
+// (portattn/runtime/params.py), so the member types are limited to those it knows.
+//
+// Layouts are flash-attn's: q and o [B, Nq, Hq, D], the cache [B, capacity, Hk, D] or pages [P, page_size, Hk, D]
+// with block_table [B, max_pages]. Sequence b holds cache_seqlens[b] keys before the call; the append kernel writes
+// the seqlen_new new keys and values (k_new, v_new [B, Nnew, Hk, D]) after them, and attention covers all
+// cache_seqlens[b] + seqlen_new. Query rows of one key/value head are packed: row r of (b, h_kv) is query position
+// r % Nq of head h_kv * G + r / Nq (G = Hq / Hk), so that the heads of a group read K and V once. Keys are split
+// over blocks (num_splits); with more than one split each block writes its rows normalised by its own sum and its
+// LSE into o_part / lse_part, and the combine kernel merges them.
+#pragma once
+
+#include "pa_mask.cuh"
+
+struct PaDecodeParams {
+    const void* q;             // [B, Nq, Hq, D], element strides below, unit stride along D (all tensors)
+    const void* k;             // [B, capacity, Hk, D], or pages [P, page_size, Hk, D]
+    const void* v;             // like k
+    void* o;                   // [B, Nq, Hq, D]
+    float* lse;                // [B, Hq, Nq] contiguous, natural log; null when not asked for
+    float* o_part;             // [num_splits, B, Hq, Nq, D] float32 (num_splits > 1)
+    float* lse_part;           // [num_splits, B, Hq, Nq] float32 (num_splits > 1)
+    const void* k_new;         // [B, Nnew, Hk, D] keys to append (null: none)
+    const void* v_new;         // [B, Nnew, Hk, D]
+    const int* cache_seqlens;  // [B] keys of each sequence before the append
+    const int* block_table;    // [B, max_pages] page of each page_size keys; null for a contiguous cache
+    pa_i64 q_sb, q_sn, q_sh;
+    pa_i64 k_sb, k_sn, k_sh;  // k_sb steps a sequence (contiguous) or a page (paged)
+    pa_i64 v_sb, v_sn, v_sh;
+    pa_i64 o_sb, o_sn, o_sh;
+    pa_i64 kn_sb, kn_sn, kn_sh;
+    pa_i64 vn_sb, vn_sn, vn_sh;
+    int batch, heads_q, heads_kv, seqlen_q;
+    int seqlen_new;  // keys appended per sequence (0: none)
+    int capacity;    // keys a sequence can hold: the cache length, or max_pages * page_size
+    int page_size;   // 0: contiguous cache
+    int max_pages;   // block_table row length
+    int num_pages;   // pages in the pool (P)
+    int causal;      // 1: query position i of a sequence of L keys sees keys j <= L - seqlen_q + i (bottom-right)
+    float scale_log2;
+    int row_blocks;      // ceil(G * Nq / PA_BLOCK_M)
+    int num_splits;      // key splits per (sequence, head)
+    int keys_per_split;  // a multiple of PA_BLOCK_N
+};
+
+// Row `key` of the cache tensor `base` (strides sb, sn, sh) for sequence b and key/value head h_kv; a page outside
+// the pool sets `bad` and reads page 0 instead.
+PA_DEVICE const void* pa_decode_cache_row(const PaDecodeParams& p, const void* base, pa_i64 sb, pa_i64 sn, pa_i64 sh,
+                                          int elem_bytes, int b, int h_kv, int key, bool& bad) {
+    pa_i64 where = (pa_i64)b * sb + (pa_i64)key * sn;
+    if (p.page_size > 0) {
+        int page = p.block_table[(pa_i64)b * p.max_pages + key / p.page_size];
+        if (page < 0 || page >= p.num_pages) {
+            bad = true;
+            page = 0;
+        }
+        where = (pa_i64)page * sb + (pa_i64)(key % p.page_size) * sn;
+    }
+    return static_cast<const char*>(base) + (where + h_kv * sh) * elem_bytes;
+}
+
+// Keys sequence b attends to (cache and new), or -1 when its length is outside [0, capacity].
+PA_DEVICE int pa_decode_keys(const PaDecodeParams& p, int b) {
+    const int keys = p.cache_seqlens[b] + p.seqlen_new;
+    return p.cache_seqlens[b] < 0 || keys > p.capacity ? -1 : keys;
+}
