@@ -5,6 +5,9 @@ with ``file:line:col`` diagnostics. Run ``portattn-hipify src_cuda -o src_hip`` 
 """
 from .cli import main
 from .rules import RULES, Rule
-from .translate import CHECKS, Diagnostic, TranslationError, translate_body, translate_file
+from .translate import CHECKS, Diagnostic, Translation, TranslationError, translate, translate_body, translate_file
 
-__all__ = ["CHECKS", "RULES", "Diagnostic", "Rule", "TranslationError", "main", "translate_body", "translate_file"]
+__all__ = [
+    "CHECKS", "RULES", "Diagnostic", "Rule", "Translation", "TranslationError", "main", "translate", "translate_body",
+    "translate_file",
+]

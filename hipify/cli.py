@@ -1,13 +1,15 @@
-"""Command line: ``portattn-hipify SRC_DIR -o OUT_DIR [--check]``."""
+"""Command line: ``portattn-hipify SRC_DIR -o OUT_DIR [--check] [--mode auto|project|user] [--explain]``."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from .translate import HEADER_PREFIX, Diagnostic, TranslationError, is_prelude, translate_file
+from .translate import HEADER_PREFIX, Diagnostic, TranslationError, is_prelude, translate
 
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h")
+MODES = ("auto", "project", "user")
+PROJECT_MARKER = "pa_prelude.cuh"  # a tree with portattn's prelude at its root is portattn's own (project mode)
 
 
 def source_files(root: Path) -> list[str]:
@@ -16,19 +18,27 @@ def source_files(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in files)
 
 
-def generate(src_dir: Path) -> tuple[dict[str, str], list[Diagnostic]]:
-    """Translate every source file of ``src_dir``: ({relative path: generated text}, diagnostics)."""
+def generate(src_dir: Path, strict: bool, explain: bool = False
+             ) -> tuple[dict[str, str], list[Diagnostic], list[Diagnostic]]:
+    """Translate every source file of ``src_dir``: ({relative path: generated text}, refusals, notes: the rewrites,
+    and with ``explain`` the reasons for what was translated)."""
     outputs: dict[str, str] = {}
     diagnostics: list[Diagnostic] = []
+    notes: list[Diagnostic] = []
     tree = src_dir.resolve().name
     for rel in source_files(src_dir):
         path = src_dir / rel
         text = path.read_text(encoding="utf-8")
         try:
-            outputs[rel] = translate_file(text, f"{tree}/{rel}", str(path), prelude=is_prelude(rel))
+            result = translate(text, f"{tree}/{rel}", str(path), prelude=is_prelude(rel), strict=strict)
         except TranslationError as exc:
             diagnostics.extend(exc.diagnostics)
-    return outputs, diagnostics
+            continue
+        outputs[rel] = result.text
+        notes.extend(result.rewrites)
+        if explain:
+            notes.extend(result.notes)
+    return outputs, diagnostics, notes
 
 
 def _read(path: Path) -> str | None:
@@ -90,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", dest="out_dir", metavar="OUT_DIR", type=Path, required=True)
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if OUT_DIR differs from what would be generated")
+    parser.add_argument("--mode", choices=MODES, default="auto",
+                        help="project: portattn's own rules (lane counts only through the prelude); user: judge "
+                        "lane constants and warpSize by their meaning; auto (default): project when SRC_DIR holds "
+                        "pa_prelude.cuh")
+    parser.add_argument("--explain", action="store_true",
+                        help="also print why each cross-lane operation and lane-like constant was translated")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only errors")
     try:
         args = parser.parse_args(argv)
@@ -100,12 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     if not src_dir.is_dir():
         print(f"portattn-hipify: error: source directory {src_dir} not found", file=sys.stderr)
         return 2
-    outputs, diagnostics = generate(src_dir)
+    strict = (src_dir / PROJECT_MARKER).is_file() if args.mode == "auto" else args.mode == "project"
+    outputs, diagnostics, notes = generate(src_dir, strict, args.explain)
     if diagnostics:
         for d in diagnostics:
             print(d, file=sys.stderr)
         print(f"portattn-hipify: {len(diagnostics)} error(s), nothing written", file=sys.stderr)
         return 1
+    if not args.quiet:
+        for d in sorted(notes, key=lambda n: (n.path, n.line, n.col)):
+            print(d)
     if args.check:
         problems = check(outputs, out_dir)
         for line in problems:

@@ -106,12 +106,13 @@ RULES_BY_ID = {r.id: r for r in RULES}
 
 
 def hip(text: str, *, prelude: bool = False) -> str:
-    return translate_body(text, "k.cu", prelude=prelude)
+    """Project-mode translation (portattn's own rules); user mode is tested in tests/hipify/."""
+    return translate_body(text, "k.cu", prelude=prelude, strict=True)
 
 
 def refusals(text: str, *, prelude: bool = False, path: str = "k.cu") -> list:
     with pytest.raises(TranslationError) as info:
-        translate_body(text, path, prelude=prelude)
+        translate_body(text, path, prelude=prelude, strict=True)
     return info.value.diagnostics
 
 
@@ -130,7 +131,7 @@ def test_rule(rule_id: str) -> None:
     if expected is REFUSED:
         (diag,) = refusals(source)
         assert rule.cuda in diag.message
-        assert diag.hint == rule.note
+        assert diag.hint == rule.note and diag.check == rule.id
         assert (diag.line, diag.col) == (1, source.index(rule.cuda) + 1 - (1 if rule.kind == "refuse-include" else 0))
     else:
         assert hip(source) == expected
@@ -198,31 +199,31 @@ def test_bad_call_forms_are_refused(src: str, message: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "src, line, col, message",
+    "src, line, col, message, check",
     [
-        ("int a;\n  asm(\"trap;\");\n", 2, 3, "inline assembly 'asm'"),
-        ("x;\nvoid f() { asm volatile(\"membar.gl;\"); }\n", 2, 12, "inline assembly 'asm'"),
-        ("__asm__(\"nop\");", 1, 1, "inline assembly '__asm__'"),
-        ("int n = 32;", 1, 9, "lane constant '32'"),
-        ("if (lane == 31) f();", 1, 13, "lane constant '31'"),
-        ("m = 0xffffffff;", 1, 5, "lane constant '0xffffffff'"),
-        ("m = 0xFFFFFFFFu;", 1, 5, "lane constant '0xFFFFFFFFu'"),
-        ("m = 0xFFFF'FFFFULL;", 1, 5, "lane constant"),
-        ("x = y & 0x1f;", 1, 9, "lane constant '0x1f'"),
-        ("x = 32u * y;", 1, 5, "lane constant '32u'"),
-        ("\n\n  int w = warpSize;", 3, 11, "warpSize outside the prelude"),
-        ("#if PA_WARP_SIZE == 32\n#endif\n", 1, 21, "lane constant '32'"),
-        ("__nv_bfloat16 x;", 1, 1, "__nv_bfloat16 cannot be translated"),
-        ("cudaFooBar(x);", 1, 1, "no HIP mapping for CUDA runtime name 'cudaFooBar'"),
-        ("#include <cuda/std/limits>\n", 1, 10, "no HIP mapping for #include <cuda/std/limits>"),
-        ("#include <curand_kernel.h>\n#include <cuda_awbarrier.h>\n", 2, 10, "no HIP mapping"),
+        ("int a;\n  asm(\"trap;\");\n", 2, 3, "inline assembly 'asm'", "inline-asm"),
+        ("x;\nvoid f() { asm volatile(\"membar.gl;\"); }\n", 2, 12, "inline assembly 'asm'", "inline-asm"),
+        ("__asm__(\"nop\");", 1, 1, "inline assembly '__asm__'", "inline-asm"),
+        ("int n = 32;", 1, 9, "lane constant '32'", "lane-constant"),
+        ("if (lane == 31) f();", 1, 13, "lane constant '31'", "lane-constant"),
+        ("m = 0xffffffff;", 1, 5, "lane constant '0xffffffff'", "lane-constant"),
+        ("m = 0xFFFFFFFFu;", 1, 5, "lane constant '0xFFFFFFFFu'", "lane-constant"),
+        ("m = 0xFFFF'FFFFULL;", 1, 5, "lane constant", "lane-constant"),
+        ("x = y & 0x1f;", 1, 9, "lane constant '0x1f'", "lane-constant"),
+        ("x = 32u * y;", 1, 5, "lane constant '32u'", "lane-constant"),
+        ("\n\n  int w = warpSize;", 3, 11, "warpSize outside the prelude", "warpsize-outside-prelude"),
+        ("#if PA_WARP_SIZE == 32\n#endif\n", 1, 21, "lane constant '32'", "lane-constant"),
+        ("__nv_bfloat16 x;", 1, 1, "__nv_bfloat16 cannot be translated", "nv-bfloat16"),
+        ("cudaFooBar(x);", 1, 1, "no HIP mapping for CUDA runtime name 'cudaFooBar'", "unknown-cuda-api"),
+        ("#include <cuda/std/limits>\n", 1, 10, "no HIP mapping for #include <cuda/std/limits>", "unknown-cuda-header"),
+        ("#include <curand_kernel.h>\n#include <cuda_awbarrier.h>\n", 2, 10, "no HIP mapping", "unknown-cuda-header"),
     ],
 )
-def test_refusal_positions(src: str, line: int, col: int, message: str) -> None:
+def test_refusal_positions(src: str, line: int, col: int, message: str, check: str) -> None:
     diags = refusals(src)
     assert len(diags) == 1
     d = diags[0]
-    assert (d.line, d.col) == (line, col)
+    assert (d.line, d.col, d.check) == (line, col, check)
     assert message in d.message
     assert d.hint
     assert str(d).startswith(f"k.cu:{line}:{col}: error: ")
@@ -256,7 +257,7 @@ def test_lane_constants_allowed_in_prelude_and_other_numbers_everywhere() -> Non
 )
 def test_warpsize_constant_contexts_refused_in_prelude(src: str, context: str) -> None:
     (diag,) = refusals(src, prelude=True)
-    assert "warpSize" in diag.message and context in diag.message
+    assert "warpSize" in diag.message and context in diag.message and diag.check == "warpsize-constant"
 
 
 @pytest.mark.parametrize(
@@ -345,16 +346,37 @@ def test_guarded_asm_refused_outside_prelude() -> None:
     assert diag.line == 2 and "only the prelude" in diag.message
 
 
-
-def test_prelude_files() -> None:
-    """The vendor prelude and the matrix-core header (pa_mfma.cuh) get the prelude treatment, other files do not."""
+@pytest.mark.parametrize("name", [
+    "pa_prelude.cuh", "src_cuda/pa_prelude_elem.cuh", "pa_mma.cuh", "pa_mma_sync.cuh", "pa_mma_tf32.cuh",
+    "pa_mma_wgmma.cuh", "a\\pa_mma_mfma.cuh", "src_cuda/pa_mfma.cuh", "pa_mfma_tiles.cuh",
+])
+def test_prelude_files_by_pattern(name: str) -> None:
     from hipify.translate import is_prelude
 
-    assert is_prelude("pa_prelude.cuh") and is_prelude("src_cuda/pa_mfma.cuh") and is_prelude("a\\pa_mfma.cuh")
-    assert not is_prelude("src_cuda/pa_mfma_probe.cu") and not is_prelude("flash_fwd_f32.cu")
+    assert is_prelude(name)
+
+
+@pytest.mark.parametrize("name", [
+    "pa_softmax.cuh", "pa_tile_io.cuh", "pa_mask.cuh", "pa_params.cuh", "pa_fwd_params.cuh",
+    "src_cuda/pa_mfma_probe.cu", "pa_prelude_probe.cu", "my_pa_prelude.cuh", "kernel.cu",
+])
+def test_other_files_are_not_prelude(name: str) -> None:
+    from hipify.translate import is_prelude
+
+    assert not is_prelude(name)
+
+
+def test_prelude_keeps_its_guarded_asm() -> None:
     src = REPO / "src_cuda" / "pa_mfma.cuh"
     text = src.read_text()
-    assert "asm(" in text and translate_file(text, "src_cuda/pa_mfma.cuh", str(src)).endswith(text)
+    assert "asm(" in text and translate_file(text, "src_cuda/pa_mfma.cuh", str(src), strict=True).endswith(text)
+
+
+def test_project_kernel_file_keeps_strict_rules() -> None:
+    """A kernel file of portattn's tree (say pa_softmax.cuh) may not use warpSize or a lane constant directly."""
+    diags = refusals("PA_DEVICE float f(float v) { return v * warpSize + 32; }\n", path="pa_softmax.cuh")
+    assert [(d.check, d.col) for d in diags] == [("warpsize-outside-prelude", 41), ("lane-constant", 52)]
+
 
 def test_guarded_cuda_section_is_kept_verbatim() -> None:
     cuda = "#if defined(PA_VENDOR_CUDA)\nv = __shfl_xor_sync(0xffffffffu, v, 1);\n#else\n"
@@ -373,9 +395,9 @@ def test_int_value() -> None:
 
 
 def test_header_and_idempotency_of_translate_file() -> None:
-    out = translate_file("v = __shfl_xor_sync(m, v, 1);\n", "src_cuda/a.cu", "/abs/src_cuda/a.cu")
+    out = translate_file("v = __shfl_xor_sync(m, v, 1);\n", "src_cuda/a.cu", "/abs/src_cuda/a.cu", strict=True)
     assert out == "// generated by portattn-hipify from src_cuda/a.cu, do not edit\nv = __shfl_xor(v, 1);\n"
-    assert translate_file(out, "src_hip/a.cu", "src_hip/a.cu") == out
+    assert translate_file(out, "src_hip/a.cu", "src_hip/a.cu", strict=True) == out
     assert split_header(out)[0] == "src_cuda/a.cu"
 
 
