@@ -13,6 +13,7 @@ if str(REPO) not in sys.path:
 
 from hipify import RULES, TranslationError, main, translate_body, translate_file  # noqa: E402
 from hipify.lexer import tokenize  # noqa: E402
+from hipify.math_constants import header_block  # noqa: E402
 from hipify.translate import int_value, split_header  # noqa: E402
 
 REFUSED = object()  # expected "output" of a refusal rule
@@ -34,6 +35,12 @@ EXAMPLES: dict[str, tuple[str, object]] = {
         ),
     ),
     "activemask": ("auto m = __activemask();", "auto m = __ballot(1);"),
+    "trap": ("if (bad) __trap();", "if (bad) __builtin_trap();"),
+    "nanosleep": ("__nanosleep(100);", REFUSED),
+    "hmax": ("h = __hmax(a, b);", REFUSED),
+    "hmin": ("h = __hmin(a, b);", REFUSED),
+    "hmax2": ("h2 = __hmax2(a, b);", REFUSED),
+    "hmin2": ("h2 = __hmin2(a, b);", REFUSED),
     "match-any-sync": ("m = __match_any_sync(mask, key);", REFUSED),
     "match-all-sync": ("m = __match_all_sync(mask, key, &pred);", REFUSED),
     "reduce-add-sync": ("s = __reduce_add_sync(mask, x);", REFUSED),
@@ -62,6 +69,8 @@ EXAMPLES: dict[str, tuple[str, object]] = {
         "#  include <cuda_fp16.h>  // half\n__half h;\n",
         "#if !defined(__HIPCC_RTC__)\n#include <hip/hip_fp16.h>\n#endif\n__half h;\n",
     ),
+    "inc-math-constants": ("#include <math_constants.h>\nfloat x = CUDART_PI_F;\n",
+                           header_block() + "\nfloat x = CUDART_PI_F;\n"),
     "inc-cuda-bf16": ("#include <cuda_bf16.h>\n", REFUSED),
     "inc-mma": ("#include <mma.h>\n", REFUSED),
     "inc-cooperative-groups": ("#include <cooperative_groups.h>\n", REFUSED),
