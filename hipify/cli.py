@@ -1,143 +1,120 @@
-"""Command line: ``portattn-hipify SRC_DIR -o OUT_DIR [--check] [--mode auto|project|user] [--explain]``."""
+"""Command line: ``portattn-hipify INPUT -o OUTPUT [--check] [--mode auto|project|user] [--explain] [-q]``.
+
+Exit status: 0 done (or up to date), 1 refused or out of date, 2 the run could not start or could not write
+safely (bad arguments, a missing or unreadable input, an output that overlaps the input or is not generated).
+"""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from .translate import HEADER_PREFIX, Diagnostic, TranslationError, is_prelude, translate
+from . import lexer
+from .diagnostics import Diagnostic
+from .source import SourceFile
+from .translate import TranslationError, is_prelude, translate
+from .tree import Plan, UsageError, check, plan, read_sources, write
 
-SOURCE_SUFFIXES = (".cu", ".cuh", ".h")
 MODES = ("auto", "project", "user")
-PROJECT_MARKER = "pa_prelude.cuh"  # a tree with portattn's prelude at its root is portattn's own (project mode)
 
 
-def source_files(root: Path) -> list[str]:
-    """Relative POSIX paths of the *.cu / *.cuh / *.h files under ``root``, sorted."""
-    files = (p for p in root.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES)
-    return sorted(p.relative_to(root).as_posix() for p in files)
-
-
-def generate(src_dir: Path, strict: bool, explain: bool = False
-             ) -> tuple[dict[str, str], list[Diagnostic], list[Diagnostic]]:
-    """Translate every source file of ``src_dir``: ({relative path: generated text}, refusals, notes: the rewrites,
-    and with ``explain`` the reasons for what was translated)."""
-    outputs: dict[str, str] = {}
-    diagnostics: list[Diagnostic] = []
-    notes: list[Diagnostic] = []
-    tree = src_dir.resolve().name
-    for rel in source_files(src_dir):
-        path = src_dir / rel
-        text = path.read_text(encoding="utf-8")
+def tree_names(texts: dict[str, str]) -> frozenset[str]:
+    """Names defined anywhere in the tree (a header's ``cudaCheck`` macro is the user's in every file)."""
+    names: set[str] = set()
+    for rel, text in texts.items():
         try:
-            result = translate(text, f"{tree}/{rel}", str(path), prelude=is_prelude(rel), strict=strict)
+            names |= SourceFile(text, prelude=is_prelude(rel)).defined_names
+        except lexer.LexError:
+            continue  # reported when the file is translated
+    return frozenset(names)
+
+
+def generate(work: Plan, texts: dict[str, str], strict: bool, explain: bool = False
+             ) -> tuple[dict[str, str], list[Diagnostic], list[Diagnostic]]:
+    """Translate every source: ({output path: text}, refusals, notes: the rewrites, and with ``explain`` the
+    reasons for what was translated)."""
+    outputs: dict[str, str] = {}
+    errors: list[Diagnostic] = []
+    notes: list[Diagnostic] = []
+    names = tree_names(texts)
+    for rel, text in texts.items():
+        path = work.sources[rel]
+        try:
+            result = translate(text, work.origin(rel), str(path), prelude=is_prelude(rel), strict=strict,
+                               user_names=names)
         except TranslationError as exc:
-            diagnostics.extend(exc.diagnostics)
+            errors.extend(exc.diagnostics)
             continue
         outputs[rel] = result.text
         notes.extend(result.rewrites)
         if explain:
             notes.extend(result.notes)
-    return outputs, diagnostics, notes
+    return outputs, errors, notes
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _is_generated(path: Path) -> bool:
-    text = _read(path)
-    return text is not None and text.startswith(HEADER_PREFIX)
-
-
-def check(outputs: dict[str, str], out_dir: Path) -> list[str]:
-    """Differences between ``out_dir`` and the expected outputs, one line each ("stale: path", ...)."""
-    present = set(source_files(out_dir)) if out_dir.is_dir() else set()
-    problems = []
-    for rel in sorted(set(outputs) | present):
-        shown = (out_dir / rel).as_posix()
-        if rel not in present:
-            problems.append(f"missing: {shown}")
-        elif rel not in outputs:
-            problems.append(f"extra: {shown}")
-        elif _read(out_dir / rel) != outputs[rel]:
-            problems.append(f"stale: {shown}")
-    return problems
-
-
-def write(outputs: dict[str, str], out_dir: Path) -> list[str]:
-    """Write the outputs (only files whose text changes); remove generated files that have no source left.
-    Returns what was done, one line each."""
-    done = []
-    for rel, text in outputs.items():
-        target = out_dir / rel
-        if _read(target) == text:
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8", newline="\n")
-        done.append(f"wrote {target.as_posix()}")
-    for rel in source_files(out_dir):
-        if rel not in outputs:
-            target = out_dir / rel
-            if _is_generated(target):
-                target.unlink()
-                done.append(f"removed {target.as_posix()}")
-            else:
-                done.append(f"left {target.as_posix()} (not generated by portattn-hipify)")
-    return done
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 1 refused or out of date, 2 usage)."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="portattn-hipify",
-        description="Translate the CUDA kernel sources (*.cu, *.cuh, *.h) of SRC_DIR to HIP in OUT_DIR.",
+        description="Translate CUDA kernel sources (*.cu, *.cuh, *.h) to HIP for 64-lane AMD waves. INPUT is a "
+        "folder or one file; OUTPUT is a folder (or a file, for a file input) that does not overlap INPUT.",
     )
-    parser.add_argument("src_dir", metavar="SRC_DIR", type=Path)
-    parser.add_argument("-o", "--output", dest="out_dir", metavar="OUT_DIR", type=Path, required=True)
+    parser.add_argument("input", metavar="INPUT", help="source folder or file")
+    parser.add_argument("-o", "--output", metavar="OUTPUT", required=True,
+                        help="output folder, or output file for a file INPUT")
     parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if OUT_DIR differs from what would be generated")
+                        help="write nothing; exit 1 if OUTPUT differs from what would be generated")
     parser.add_argument("--mode", choices=MODES, default="auto",
                         help="project: portattn's own rules (lane counts only through the prelude); user: judge "
-                        "lane constants and warpSize by their meaning; auto (default): project when SRC_DIR holds "
-                        "pa_prelude.cuh")
+                        "lane constants and warpSize by their meaning; auto (default): project when INPUT's folder "
+                        "holds pa_prelude.cuh")
     parser.add_argument("--explain", action="store_true",
                         help="also print why each cross-lane operation and lane-like constant was translated")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 refused or out of date, 2 cannot run safely)."""
     try:
-        args = parser.parse_args(argv)
+        args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    src_dir: Path = args.src_dir
-    out_dir: Path = args.out_dir
-    if not src_dir.is_dir():
-        print(f"portattn-hipify: error: source directory {src_dir} not found", file=sys.stderr)
+    try:
+        work = plan(Path(args.input), Path(args.output), args.output.endswith(("/", os.sep)))
+        texts = read_sources(work)
+    except UsageError as exc:
+        for line in exc.lines:
+            print(f"portattn-hipify: error: {line}", file=sys.stderr)
         return 2
-    strict = (src_dir / PROJECT_MARKER).is_file() if args.mode == "auto" else args.mode == "project"
-    outputs, diagnostics, notes = generate(src_dir, strict, args.explain)
-    if diagnostics:
-        for d in diagnostics:
+    strict = work.project if args.mode == "auto" else args.mode == "project"
+    outputs, errors, notes = generate(work, texts, strict, args.explain)
+    if errors:
+        for d in errors:
             print(d, file=sys.stderr)
-        print(f"portattn-hipify: {len(diagnostics)} error(s), nothing written", file=sys.stderr)
+        print(f"portattn-hipify: {len(errors)} error(s), nothing written", file=sys.stderr)
         return 1
     if not args.quiet:
         for d in sorted(notes, key=lambda n: (n.path, n.line, n.col)):
             print(d)
     if args.check:
-        problems = check(outputs, out_dir)
+        problems = check(work, outputs)
         for line in problems:
             print(line, file=sys.stderr)
         if problems:
-            print(f"portattn-hipify: {out_dir} is out of date; regenerate with: "
-                  f"portattn-hipify {src_dir} -o {out_dir}", file=sys.stderr)
+            print(f"portattn-hipify: {args.output} is out of date; regenerate with: "
+                  f"portattn-hipify {args.input} -o {args.output}", file=sys.stderr)
             return 1
         if not args.quiet:
-            print(f"portattn-hipify: {out_dir} is up to date ({len(outputs)} files)")
+            print(f"portattn-hipify: {args.output} is up to date ({len(outputs)} files)")
         return 0
-    for line in write(outputs, out_dir):
-        if not args.quiet:
+    try:
+        done = write(work, outputs)
+    except UsageError as exc:
+        for line in exc.lines:
+            print(f"portattn-hipify: error: {line}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        for line in done:
             print(line)
     return 0
