@@ -55,6 +55,7 @@ class Body:
     loops: list[Loop] = field(default_factory=list)
     guards: list[Guard] = field(default_factory=list)
     declared: dict[str, tuple[str, ...]] = field(default_factory=dict)  # variable -> its type words
+    params: set[str] = field(default_factory=set)  # the names of the parameters
 
 
 class _Reader:
@@ -279,7 +280,9 @@ def read_body(src: SourceFile, fn: Function) -> Body:
         if decl is not None:
             for name, _, _ in decl[1]:
                 body.declared[name] = decl[0]
+                body.params.add(name)
         elif fn.is_macro and b - a == 1 and src.is_ident(a):
             body.declared[src.word(a)] = ()
+            body.params.add(src.word(a))
     _Reader(src, body, fn.is_macro).block(*fn.body)
     return body

@@ -475,9 +475,9 @@ class Analysis:
                              "32 lanes on a 64-lane wave (cannot tell the block size)")
             if GROUP in t:
                 continue
-            if self.values.name(subject) and (self.values.name(subject) in f.body.declared):
-                return pos, (f"'{text}' == 0: cannot tell how '{text}' numbers lanes (it does not come from "
-                             "threadIdx in this function)")
+            if self.values.name(subject) in f.body.params:
+                return pos, (f"'{text}' == 0: cannot tell how the parameter '{text}' numbers lanes (it does not come "
+                             "from threadIdx in this function)")
         return None
 
     def _mixed(self, f: FunctionFacts, mark: int, wave_at: int) -> None:
@@ -488,9 +488,9 @@ class Analysis:
                         f"numbered with warpSize (at {self.where(wave_at)}): on a 64-lane wave lanes 32-63 read from "
                         "lanes 0-31", "pass width 32 to the shuffle, or take the lane modulo warpSize")
             return
-        self.refuse("lane-constant-mixed", mark, f"'{self.src.word(mark)}' counts lanes in 32-lane groups, but this "
-                    f"cross-lane code also uses the wave size (at {self.where(wave_at)}), which is 64 on AMD",
-                    _HINT_MIXED)
+        what = "starts a shuffle tree over 32 lanes" if mark in f.t32 else "counts lanes in 32-lane groups"
+        self.refuse("lane-constant-mixed", mark, f"'{self.src.word(mark)}' {what}, but this cross-lane code also "
+                    f"uses the wave size (at {self.where(wave_at)}), which is 64 on AMD", _HINT_MIXED)
 
     def _votes(self, unit: list[FunctionFacts]) -> list[LaneCall]:
         """Votes, ballots and active masks whose value is used (not only passed as another call's lane mask)."""

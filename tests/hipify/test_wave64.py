@@ -204,6 +204,12 @@ def test_rewritten(src: str, expected: set, fragment: str) -> None:
 
 
 PORTABLE = [
+    pytest.param(  # a count compared with 0 is not a lane number
+        "__global__ void k(float* o, float v, const int* counts) {\n"
+        "    const int n = counts[blockIdx.x];\n"
+        "    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffff, v, d);\n"
+        "    if (n == 0) o[blockIdx.x * blockDim.x + threadIdx.x] = v;\n}\n",
+        id="count-is-not-a-lane"),
     pytest.param("__global__ void k(float* o, float v) { o[threadIdx.x] = __shfl_xor_sync(0xffffffff, v, 1); }\n",
                  id="pair-swap"),
     pytest.param(  # an xor butterfly over 32 lanes read by every lane: each half gets its own sum, as each warp did
