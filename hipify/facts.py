@@ -19,6 +19,7 @@ class Tree:
     var: str
     start: int  # where the tree's 32-lane extent is written (offset 16, bound 32, width 32)
     end: int
+    width_given: bool = False  # the tree's shuffles say width 32
 
 
 @dataclass

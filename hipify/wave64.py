@@ -52,6 +52,8 @@ CHECKS: dict[str, str] = {
 
 _HINT_TREE = ("reduce the whole wave (start at warpSize / 2, or loop while offset < warpSize), or number 32-lane "
               "groups explicitly (lane = threadIdx.x % 32) and pass width 32 to every shuffle")
+_HINT_GROUP_READ = ("read each 32-lane group's result at its own lane 0 (threadIdx.x % 32 == 0), or reduce the whole "
+                    "wave (width warpSize, from warpSize / 2)")
 _HINT_MIXED = "use one lane count throughout: warpSize everywhere, or 32-lane groups with width 32 on every shuffle"
 
 
@@ -259,7 +261,7 @@ class Analysis:
             if c.op.kind in ("shfl_xor", "shfl_down") and self.values.const(c.width) == 32:
                 target = self._accumulator(f, c)
                 if target and self._max_offset(f, c)[0] == 16:
-                    f.trees.append(Tree(target, first(c.width), self._tree_end(f, c)))
+                    f.trees.append(Tree(target, first(c.width), self._tree_end(f, c), width_given=True))
 
     def _tree_end(self, f: FunctionFacts, c: LaneCall) -> int:
         """Where a tree step's result is complete: after its loop, or after its statement."""
@@ -363,7 +365,8 @@ class Analysis:
                     continue
                 explained.add(tree.start)
                 self.refuse("wave32-tree-broadcast", consumer, reason +
-                            f"; the tree at {self.where(tree.start)} only combines 32 lanes", _HINT_TREE)
+                            f"; the tree at {self.where(tree.start)} only combines 32 lanes",
+                            _HINT_GROUP_READ if tree.width_given else _HINT_TREE)
             for c in f.lane_calls:
                 if c.op.kind == "shfl" and self.values.const(c.lane) == 31 and not self._has_width(c) and \
                         not explicit32:
@@ -382,39 +385,44 @@ class Analysis:
             self._groups32(unit)
         self._portable_notes(unit, ew, explicit32)
 
-    def _tree_returns(self, unit: list[FunctionFacts]) -> dict[str, int]:
-        """The unit's functions that return a 32-lane tree's result, with the position of that tree."""
-        found: dict[str, int] = {}
+    def _tree_returns(self, unit: list[FunctionFacts]) -> dict[str, tuple[int, bool]]:
+        """The unit's functions that return a 32-lane tree's result, with the position of that tree and whether its
+        shuffles say width 32."""
+        found: dict[str, tuple[int, bool]] = {}
         for _ in range(len(unit) + 1):
             for f in unit:
                 trees = self._call_trees(f, found)
                 for root, node in f.roots:
                     tree = self._tree_in(node, root.span[0], trees, found)
                     if root.kind == "return" and tree is not None:
-                        found.setdefault(f.fn.name, tree.start)
+                        found.setdefault(f.fn.name, (tree.start, tree.width_given))
         return found
 
-    def _call_trees(self, f: FunctionFacts, returns_tree: dict[str, int]) -> list[Tree]:
+    def _call_trees(self, f: FunctionFacts, returns_tree: dict[str, tuple[int, bool]]) -> list[Tree]:
         """Trees of ``f`` and variables that receive a tree's result from a call."""
         trees = list(f.trees)
         for var, value, _, end in f.defs:
             for n in walk(value):
                 if isinstance(n, Call) and self.values.name(n.func) in returns_tree:
-                    trees.append(Tree(var, returns_tree[self.values.name(n.func)], end))
+                    start, given = returns_tree[self.values.name(n.func)]
+                    trees.append(Tree(var, start, end, given))
         return trees
 
-    def _tree_in(self, node: Node, at: int, trees: list[Tree], returns_tree: dict[str, int]) -> Tree | None:
+    def _tree_in(self, node: Node, at: int, trees: list[Tree], returns_tree: dict[str, tuple[int, bool]]
+                 ) -> Tree | None:
         """The tree whose result an expression at ``at`` uses (a variable after its tree, or a call), or None."""
         for n in walk(node):
             if isinstance(n, Call) and self.values.name(n.func) in returns_tree:
-                return Tree(self.values.name(n.func), returns_tree[self.values.name(n.func)], n.at)
+                start, given = returns_tree[self.values.name(n.func)]
+                return Tree(self.values.name(n.func), start, n.at, given)
             if isinstance(n, Leaf):
                 for t in trees:
                     if t.var == self.src.word(n.at) and t.end <= at:
                         return t
         return None
 
-    def _consumers(self, f: FunctionFacts, returns_tree: dict[str, int]) -> list[tuple[Tree, int, str]]:
+    def _consumers(self, f: FunctionFacts, returns_tree: dict[str, tuple[int, bool]]
+                   ) -> list[tuple[Tree, int, str]]:
         """Where a 32-lane tree's result is broadcast or read at lane 0 of a wider group: (tree, position, reason)."""
         trees = self._call_trees(f, returns_tree)
         found = []
@@ -471,8 +479,8 @@ class Analysis:
             if LANEW in t:
                 return pos, f"'{text}' is a lane of the 64-lane wave: its lane 0 misses lanes 32-63"
             if THREAD in t:
-                return pos, (f"'{text}' == 0 picks one thread of a group as wide as the block, which holds more than "
-                             "32 lanes on a 64-lane wave (cannot tell the block size)")
+                return pos, (f"'{text}' == 0 takes the result from thread 0 of the block, and a block can hold a "
+                             "whole 64-lane wave (cannot tell its size)")
             if GROUP in t:
                 continue
             if self.values.name(subject) in f.body.params:

@@ -204,6 +204,15 @@ def test_rewritten(src: str, expected: set, fragment: str) -> None:
 
 
 PORTABLE = [
+    pytest.param(  # thread 0 reads the value before it goes through the helper's tree
+        "__device__ float red(float v) {\n"
+        "    for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffff, v, d);\n"
+        "    return v;\n}\n"
+        "__global__ void k(float* o, float x) {\n"
+        "    float s = x;\n"
+        "    if (threadIdx.x == 0) o[0] = s;\n"
+        "    s = red(s);\n"
+        "    o[1 + blockIdx.x * blockDim.x + threadIdx.x] = s;\n}\n", id="use-before-the-tree"),
     pytest.param(  # a count compared with 0 is not a lane number
         "__global__ void k(float* o, float v, const int* counts) {\n"
         "    const int n = counts[blockIdx.x];\n"
@@ -265,6 +274,21 @@ def test_portable(src: str) -> None:
     result = translate_source(src, "k.cu", prelude=False)
     assert not result.rewrites
     assert "_sync(" not in result.text.replace("__syncwarp", "")
+
+
+@pytest.mark.parametrize("width, hint", [("", "start at warpSize / 2"), (", 32", "at its own lane 0")])
+def test_tree_hint_follows_the_tree(width: str, hint: str) -> None:
+    src = ("__device__ float red(float v) {\n"
+           f"    for (int d = 16; d > 0; d /= 2) v += __shfl_down_sync(0xffffffff, v, d{width});\n"
+           "    return v;\n}\n"
+           "__global__ void k(float* o, float x) {\n"
+           "    const float s = red(x);\n"
+           "    if (threadIdx.x % warpSize == 0) atomicAdd(o, s);\n}\n")
+    with pytest.raises(TranslationError) as info:
+        translate_source(src, "k.cu", prelude=False)
+    (diag,) = info.value.diagnostics
+    assert (diag.check, diag.line, diag.col) == ("wave32-tree-broadcast", 7, 9)
+    assert hint in diag.hint and "the tree at 2:" in diag.message
 
 
 def test_notes_say_why_lane_like_constants_were_kept() -> None:
