@@ -188,19 +188,20 @@ def test_syncwarp_with_mask() -> None:
 
 
 @pytest.mark.parametrize(
-    "src, message",
+    "src, col, message",
     [
-        ("v = __shfl_xor_sync(m, v);", "expects 3 or 4 arguments, found 2"),
-        ("b = __ballot_sync(m, p, q);", "expects 2 arguments, found 3"),
-        ("m = __activemask(x);", "expects 0 arguments, found 1"),
-        ("auto f = __shfl_xor_sync;", "not called with an argument list"),
-        ("#define F __shfl_sync\n", "not called with an argument list"),
-        ("v = __shfl_xor_sync(m++, v, 1);", "side effect"),
-        ("v = __shfl_xor_sync(m = f(), v, 1);", "side effect"),
+        ("v = __shfl_xor_sync(m, v);", 5, "expects 3 or 4 arguments, found 2"),
+        ("b = __ballot_sync(m, p, q);", 5, "expects 2 arguments, found 3"),
+        ("m = __activemask(x);", 5, "expects 0 arguments, found 1"),
+        ("auto f = __shfl_xor_sync;", 10, "not called with an argument list"),
+        ("#define F __shfl_sync\n", 11, "not called with an argument list"),
+        ("v = __shfl_xor_sync(m++, v, 1);", 22, "side effect"),
+        ("v = __shfl_xor_sync(m = f(), v, 1);", 23, "side effect"),
     ],
 )
-def test_bad_call_forms_are_refused(src: str, message: str) -> None:
+def test_bad_call_forms_are_refused(src: str, col: int, message: str) -> None:
     (diag,) = refusals(src)
+    assert (diag.check, diag.line, diag.col) == ("call-form", 1, col)
     assert message in diag.message
 
 
@@ -240,7 +241,8 @@ def test_refusal_positions(src: str, line: int, col: int, message: str, check: s
 
 def test_all_refusals_of_a_file_are_reported() -> None:
     diags = refusals("int a = 32;\nint b = warpSize;\nasm(\"x\");\n")
-    assert [(d.line, d.col) for d in diags] == [(1, 9), (2, 9), (3, 1)]
+    assert [(d.check, d.line, d.col) for d in diags] == [
+        ("lane-constant", 1, 9), ("warpsize-outside-prelude", 2, 9), ("inline-asm", 3, 1)]
 
 
 def test_lane_constants_allowed_in_prelude_and_other_numbers_everywhere() -> None:
@@ -266,7 +268,8 @@ def test_lane_constants_allowed_in_prelude_and_other_numbers_everywhere() -> Non
 )
 def test_warpsize_constant_contexts_refused_in_prelude(src: str, context: str) -> None:
     (diag,) = refusals(src, prelude=True)
-    assert "warpSize" in diag.message and context in diag.message and diag.check == "warpsize-constant"
+    assert (diag.check, diag.line, diag.col) == ("warpsize-constant", 1, src.index("warpSize") + 1)
+    assert "warpSize" in diag.message and context in diag.message
 
 
 @pytest.mark.parametrize(
@@ -306,7 +309,7 @@ def test_tokenizer_round_trips_the_sources() -> None:
 
 def test_unterminated_comment_is_reported() -> None:
     (diag,) = refusals("int a;\n/* open")
-    assert (diag.line, diag.col) == (2, 1) and "unterminated" in diag.message
+    assert (diag.check, diag.line, diag.col) == ("syntax", 2, 1) and "unterminated" in diag.message
 
 
 # ---- vendor-guarded prelude sections -----------------------------------------------------------------------------
@@ -346,13 +349,13 @@ def test_guarded_asm_accepted_in_prelude(guard: str) -> None:
 )
 def test_unguarded_asm_refused_in_prelude(guard: str, line: int) -> None:
     (diag,) = refusals(guard.replace("{asm}", ASM), prelude=True, path="pa_prelude.cuh")
-    assert (diag.line, diag.col) == (line, 1)
+    assert (diag.check, diag.line, diag.col) == ("inline-asm", line, 1)
     assert str(diag).startswith(f"pa_prelude.cuh:{line}:1: error: inline assembly")
 
 
 def test_guarded_asm_refused_outside_prelude() -> None:
     (diag,) = refusals(f"#if defined(PA_VENDOR_CUDA)\n{ASM}\n#endif\n", prelude=False)
-    assert diag.line == 2 and "only the prelude" in diag.message
+    assert (diag.check, diag.line, diag.col) == ("inline-asm", 2, 1) and "only the prelude" in diag.message
 
 
 @pytest.mark.parametrize("name", [
