@@ -2,8 +2,8 @@
 uses every CUDART_* constant of the math-constants rule.
 
 Needs ROCm's hiprtc and hip-python (scripts/install-rocm-toolchain.sh); skipped without them unless
-PORTATTN_REQUIRE_AMD=1, which turns the skip into a failure. The compiles run in portattn's hiprtc worker
-processes, two at a time, once per session.
+PORTATTN_REQUIRE_AMD=1, which turns the skip into a failure. The compiles go through portattn's hiprtc backend
+(each in a worker process of its own), two at a time, once per module.
 """
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ import pytest
 
 from hipify import TranslationError, translate
 from hipify.math_constants import definitions
+from portattn.errors import CompileError
 
-try:
-    from portattn.runtime import hiprtc  # the package laid out by layer
+try:  # portattn's compiler modules: portattn.compile, or portattn.runtime in the package laid out by layer
+    from portattn.compile import hiprtc
+    from portattn.sources import KernelSource
 except ImportError:
-    from portattn.compile import hiprtc  # the layout before it
+    from portattn.runtime import hiprtc
+    from portattn.runtime.sources import KernelSource
 
 _REASON = hiprtc.toolchain_missing()
 if _REASON and os.environ.get("PORTATTN_REQUIRE_AMD") == "1":
@@ -30,12 +33,12 @@ WORKERS = 2
 
 
 def _compile(name: str, text: str) -> tuple[bool, str]:
-    request = {"op": "compile", "name": name, "text": text, "headers": [], "options": hiprtc.options(ARCH, {}),
-               "arch": ARCH}
-    reply, code, stderr = hiprtc.run_worker(request)
-    if reply is None:
-        return False, f"the hiprtc worker exited with status {code}:\n{stderr[-4000:]}"
-    return reply.get("status") == "ok", reply.get("log") or reply.get("message", "")
+    """(success, log) of one hiprtc build for gfx90a."""
+    try:
+        _, log = hiprtc.compile_source(KernelSource(name, text, ()), ARCH, hiprtc.options(ARCH, {}))
+    except CompileError as exc:
+        return False, str(exc)
+    return True, log
 
 
 def _constants_kernel() -> str:
