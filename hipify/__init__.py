@@ -1,10 +1,15 @@
-"""portattn-hipify: the build step that turns the CUDA kernel sources (src_cuda/) into HIP (src_hip/).
+"""portattn-hipify: translate CUDA kernel sources to HIP for 64-lane AMD waves, or refuse with the reason.
 
-The mapping is a table of rules (``hipify.rules.RULES``); constructs without a safe HIP form stop the run
-with ``file:line:col`` diagnostics. Run ``portattn-hipify src_cuda -o src_hip`` (or ``python -m hipify``).
+Names map through a table of rules (``hipify.rules.RULES``); cross-lane code is judged by what it means on a
+64-lane wave (``hipify.wave64``): translated as it is, rewritten to an equivalent form, or refused with
+``file:line:col`` diagnostics that carry a check id and a hint. Run ``portattn-hipify SRC -o OUT`` (or
+``python -m hipify``) on a folder or a file; portattn builds its own ``src_hip/`` from ``src_cuda/`` this way.
 """
 from .cli import main
 from .rules import RULES, Rule
-from .translate import CHECKS, Diagnostic, TranslationError, translate_body, translate_file
+from .translate import CHECKS, Diagnostic, Translation, TranslationError, translate, translate_body, translate_file
 
-__all__ = ["CHECKS", "RULES", "Diagnostic", "Rule", "TranslationError", "main", "translate_body", "translate_file"]
+__all__ = [
+    "CHECKS", "RULES", "Diagnostic", "Rule", "Translation", "TranslationError", "main", "translate", "translate_body",
+    "translate_file",
+]

@@ -1,4 +1,4 @@
-"""``python -m hipify SRC_DIR -o OUT_DIR [--check]``."""
+"""``python -m hipify INPUT -o OUTPUT [--check] [--mode auto|project|user] [--explain] [-q]``."""
 from .cli import main
 
 raise SystemExit(main())

@@ -14,13 +14,16 @@ the table is the single place to read or extend the mapping. Kinds:
 - ``refuse``          identifier ``cuda`` has no safe HIP form: translation stops, ``note`` is the hint.
 - ``refuse-include``  ``#include <cuda>`` has no safe HIP form: translation stops, ``note`` is the hint.
 
-Besides the table, translate.py refuses inline assembly outside the vendor-guarded CUDA sections of the
-prelude, lane constants (32, 31, 0xffffffff) outside the prelude, ``warpSize`` outside the prelude or in a
-constant context, and unknown ``cuda*`` runtime names or ``<cuda...>`` headers (see translate.CHECKS).
+Identifier rules do not apply to names that the translated tree defines itself (a user's ``cudaCheck`` macro).
+Besides the table, translate.py refuses inline assembly, ``warpSize`` in constant contexts and unknown ``cuda*``
+runtime names or ``<cuda...>`` headers, and in project mode lane constants and ``warpSize`` outside the prelude;
+wave64.py decides what cross-lane code means on a 64-lane wave (see translate.CHECKS).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .math_constants import header_block
 
 RENAME = "rename"
 KEEP = "keep"
@@ -61,6 +64,7 @@ _NO_BF16 = (
 )
 _NO_WAVE_OP = "no HIP counterpart; build it from pa_* cross-lane operations of the prelude"
 _NO_STD_HEADER = "fails under hiprtc 5.2 (redefinitions); use the prelude's own types (pa_i64, ...)"
+_NO_HALF_MINMAX = "hiprtc 5.2 has no 16-bit min / max: compare with __hlt / __hgt and select, or work in float"
 
 _WARP_RULES = [
     Rule("shfl-xor-sync", DROP_MASK, "__shfl_xor_sync", "__shfl_xor",
@@ -85,6 +89,12 @@ _WARP_RULES = [
     Rule("reduce-max-sync", REFUSE, "__reduce_max_sync", "", _NO_WAVE_OP),
 ]
 
+_DEVICE_RULES = [
+    Rule("trap", RENAME, "__trap", "__builtin_trap", "aborts the kernel; HIP has the compiler builtin only"),
+    Rule("nanosleep", REFUSE, "__nanosleep", "",
+         "no HIP form with a time argument (__builtin_amdgcn_s_sleep counts 64-cycle units and needs a constant)"),
+]
+
 _TYPE_RULES = [
     Rule("half", KEEP, "__half", "", "hiprtc 5.2 and current ROCm provide __half (and its conversions)"),
     Rule("half2", KEEP, "__half2", "", "hiprtc 5.2 and current ROCm provide __half2"),
@@ -92,6 +102,10 @@ _TYPE_RULES = [
     Rule("nv-bfloat162", REFUSE, "__nv_bfloat162", "", _NO_BF16),
     Rule("float2bfloat16", REFUSE, "__float2bfloat16", "", _NO_BF16),
     Rule("bfloat162float", REFUSE, "__bfloat162float", "", _NO_BF16),
+    Rule("hmax", REFUSE, "__hmax", "", _NO_HALF_MINMAX),
+    Rule("hmin", REFUSE, "__hmin", "", _NO_HALF_MINMAX),
+    Rule("hmax2", REFUSE, "__hmax2", "", _NO_HALF_MINMAX),
+    Rule("hmin2", REFUSE, "__hmin2", "", _NO_HALF_MINMAX),
 ]
 
 _INCLUDE_RULES = [
@@ -104,6 +118,8 @@ _INCLUDE_RULES = [
          "threadIdx and friends come with hip_runtime"),
     Rule("inc-cuda-fp16", INCLUDE, "cuda_fp16.h", _HIP_FP16_BLOCK,
          "under hiprtc 5.2 __half needs no include and including hip_fp16.h fails; hipcc gets the header"),
+    Rule("inc-math-constants", INCLUDE, "math_constants.h", header_block(),
+         "hiprtc has no math_constants.h: the CUDART_* constants are defined in place, with CUDA's values"),
     Rule("inc-cuda-bf16", REFUSE_INCLUDE, "cuda_bf16.h", "", _NO_BF16 + "; drop the include"),
     Rule("inc-mma", REFUSE_INCLUDE, "mma.h", "",
          "WMMA has no hiprtc form; put matrix-core code behind the prelude's tile abstraction (MFMA builtins)"),
@@ -149,7 +165,7 @@ _API_NAMES = [
 ]
 _API_RULES = [Rule(f"api-{cuda}", RENAME, cuda, hip, "same API under HIP") for cuda, hip in _API_NAMES]
 
-RULES: tuple[Rule, ...] = tuple(_WARP_RULES + _TYPE_RULES + _INCLUDE_RULES + _API_RULES)
+RULES: tuple[Rule, ...] = tuple(_WARP_RULES + _DEVICE_RULES + _TYPE_RULES + _INCLUDE_RULES + _API_RULES)
 
 
 def _index(kinds: tuple[str, ...]) -> dict[str, Rule]:

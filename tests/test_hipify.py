@@ -13,6 +13,7 @@ if str(REPO) not in sys.path:
 
 from hipify import RULES, TranslationError, main, translate_body, translate_file  # noqa: E402
 from hipify.lexer import tokenize  # noqa: E402
+from hipify.math_constants import header_block  # noqa: E402
 from hipify.translate import int_value, split_header  # noqa: E402
 
 REFUSED = object()  # expected "output" of a refusal rule
@@ -34,6 +35,12 @@ EXAMPLES: dict[str, tuple[str, object]] = {
         ),
     ),
     "activemask": ("auto m = __activemask();", "auto m = __ballot(1);"),
+    "trap": ("if (bad) __trap();", "if (bad) __builtin_trap();"),
+    "nanosleep": ("__nanosleep(100);", REFUSED),
+    "hmax": ("h = __hmax(a, b);", REFUSED),
+    "hmin": ("h = __hmin(a, b);", REFUSED),
+    "hmax2": ("h2 = __hmax2(a, b);", REFUSED),
+    "hmin2": ("h2 = __hmin2(a, b);", REFUSED),
     "match-any-sync": ("m = __match_any_sync(mask, key);", REFUSED),
     "match-all-sync": ("m = __match_all_sync(mask, key, &pred);", REFUSED),
     "reduce-add-sync": ("s = __reduce_add_sync(mask, x);", REFUSED),
@@ -62,6 +69,8 @@ EXAMPLES: dict[str, tuple[str, object]] = {
         "#  include <cuda_fp16.h>  // half\n__half h;\n",
         "#if !defined(__HIPCC_RTC__)\n#include <hip/hip_fp16.h>\n#endif\n__half h;\n",
     ),
+    "inc-math-constants": ("#include <math_constants.h>\nfloat x = CUDART_PI_F;\n",
+                           header_block() + "\nfloat x = CUDART_PI_F;\n"),
     "inc-cuda-bf16": ("#include <cuda_bf16.h>\n", REFUSED),
     "inc-mma": ("#include <mma.h>\n", REFUSED),
     "inc-cooperative-groups": ("#include <cooperative_groups.h>\n", REFUSED),
@@ -106,12 +115,13 @@ RULES_BY_ID = {r.id: r for r in RULES}
 
 
 def hip(text: str, *, prelude: bool = False) -> str:
-    return translate_body(text, "k.cu", prelude=prelude)
+    """Project-mode translation (portattn's own rules); user mode is tested in tests/hipify/."""
+    return translate_body(text, "k.cu", prelude=prelude, strict=True)
 
 
 def refusals(text: str, *, prelude: bool = False, path: str = "k.cu") -> list:
     with pytest.raises(TranslationError) as info:
-        translate_body(text, path, prelude=prelude)
+        translate_body(text, path, prelude=prelude, strict=True)
     return info.value.diagnostics
 
 
@@ -130,7 +140,7 @@ def test_rule(rule_id: str) -> None:
     if expected is REFUSED:
         (diag,) = refusals(source)
         assert rule.cuda in diag.message
-        assert diag.hint == rule.note
+        assert diag.hint == rule.note and diag.check == rule.id
         assert (diag.line, diag.col) == (1, source.index(rule.cuda) + 1 - (1 if rule.kind == "refuse-include" else 0))
     else:
         assert hip(source) == expected
@@ -178,19 +188,20 @@ def test_syncwarp_with_mask() -> None:
 
 
 @pytest.mark.parametrize(
-    "src, message",
+    "src, col, message",
     [
-        ("v = __shfl_xor_sync(m, v);", "expects 3 or 4 arguments, found 2"),
-        ("b = __ballot_sync(m, p, q);", "expects 2 arguments, found 3"),
-        ("m = __activemask(x);", "expects 0 arguments, found 1"),
-        ("auto f = __shfl_xor_sync;", "not called with an argument list"),
-        ("#define F __shfl_sync\n", "not called with an argument list"),
-        ("v = __shfl_xor_sync(m++, v, 1);", "side effect"),
-        ("v = __shfl_xor_sync(m = f(), v, 1);", "side effect"),
+        ("v = __shfl_xor_sync(m, v);", 5, "expects 3 or 4 arguments, found 2"),
+        ("b = __ballot_sync(m, p, q);", 5, "expects 2 arguments, found 3"),
+        ("m = __activemask(x);", 5, "expects 0 arguments, found 1"),
+        ("auto f = __shfl_xor_sync;", 10, "not called with an argument list"),
+        ("#define F __shfl_sync\n", 11, "not called with an argument list"),
+        ("v = __shfl_xor_sync(m++, v, 1);", 22, "side effect"),
+        ("v = __shfl_xor_sync(m = f(), v, 1);", 23, "side effect"),
     ],
 )
-def test_bad_call_forms_are_refused(src: str, message: str) -> None:
+def test_bad_call_forms_are_refused(src: str, col: int, message: str) -> None:
     (diag,) = refusals(src)
+    assert (diag.check, diag.line, diag.col) == ("call-form", 1, col)
     assert message in diag.message
 
 
@@ -198,31 +209,31 @@ def test_bad_call_forms_are_refused(src: str, message: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "src, line, col, message",
+    "src, line, col, message, check",
     [
-        ("int a;\n  asm(\"trap;\");\n", 2, 3, "inline assembly 'asm'"),
-        ("x;\nvoid f() { asm volatile(\"membar.gl;\"); }\n", 2, 12, "inline assembly 'asm'"),
-        ("__asm__(\"nop\");", 1, 1, "inline assembly '__asm__'"),
-        ("int n = 32;", 1, 9, "lane constant '32'"),
-        ("if (lane == 31) f();", 1, 13, "lane constant '31'"),
-        ("m = 0xffffffff;", 1, 5, "lane constant '0xffffffff'"),
-        ("m = 0xFFFFFFFFu;", 1, 5, "lane constant '0xFFFFFFFFu'"),
-        ("m = 0xFFFF'FFFFULL;", 1, 5, "lane constant"),
-        ("x = y & 0x1f;", 1, 9, "lane constant '0x1f'"),
-        ("x = 32u * y;", 1, 5, "lane constant '32u'"),
-        ("\n\n  int w = warpSize;", 3, 11, "warpSize outside the prelude"),
-        ("#if PA_WARP_SIZE == 32\n#endif\n", 1, 21, "lane constant '32'"),
-        ("__nv_bfloat16 x;", 1, 1, "__nv_bfloat16 cannot be translated"),
-        ("cudaFooBar(x);", 1, 1, "no HIP mapping for CUDA runtime name 'cudaFooBar'"),
-        ("#include <cuda/std/limits>\n", 1, 10, "no HIP mapping for #include <cuda/std/limits>"),
-        ("#include <curand_kernel.h>\n#include <cuda_awbarrier.h>\n", 2, 10, "no HIP mapping"),
+        ("int a;\n  asm(\"trap;\");\n", 2, 3, "inline assembly 'asm'", "inline-asm"),
+        ("x;\nvoid f() { asm volatile(\"membar.gl;\"); }\n", 2, 12, "inline assembly 'asm'", "inline-asm"),
+        ("__asm__(\"nop\");", 1, 1, "inline assembly '__asm__'", "inline-asm"),
+        ("int n = 32;", 1, 9, "lane constant '32'", "lane-constant"),
+        ("if (lane == 31) f();", 1, 13, "lane constant '31'", "lane-constant"),
+        ("m = 0xffffffff;", 1, 5, "lane constant '0xffffffff'", "lane-constant"),
+        ("m = 0xFFFFFFFFu;", 1, 5, "lane constant '0xFFFFFFFFu'", "lane-constant"),
+        ("m = 0xFFFF'FFFFULL;", 1, 5, "lane constant", "lane-constant"),
+        ("x = y & 0x1f;", 1, 9, "lane constant '0x1f'", "lane-constant"),
+        ("x = 32u * y;", 1, 5, "lane constant '32u'", "lane-constant"),
+        ("\n\n  int w = warpSize;", 3, 11, "warpSize outside the prelude", "warpsize-outside-prelude"),
+        ("#if PA_WARP_SIZE == 32\n#endif\n", 1, 21, "lane constant '32'", "lane-constant"),
+        ("__nv_bfloat16 x;", 1, 1, "__nv_bfloat16 cannot be translated", "nv-bfloat16"),
+        ("cudaFooBar(x);", 1, 1, "no HIP mapping for CUDA runtime name 'cudaFooBar'", "unknown-cuda-api"),
+        ("#include <cuda/std/limits>\n", 1, 10, "no HIP mapping for #include <cuda/std/limits>", "unknown-cuda-header"),
+        ("#include <curand_kernel.h>\n#include <cuda_awbarrier.h>\n", 2, 10, "no HIP mapping", "unknown-cuda-header"),
     ],
 )
-def test_refusal_positions(src: str, line: int, col: int, message: str) -> None:
+def test_refusal_positions(src: str, line: int, col: int, message: str, check: str) -> None:
     diags = refusals(src)
     assert len(diags) == 1
     d = diags[0]
-    assert (d.line, d.col) == (line, col)
+    assert (d.line, d.col, d.check) == (line, col, check)
     assert message in d.message
     assert d.hint
     assert str(d).startswith(f"k.cu:{line}:{col}: error: ")
@@ -230,7 +241,8 @@ def test_refusal_positions(src: str, line: int, col: int, message: str) -> None:
 
 def test_all_refusals_of_a_file_are_reported() -> None:
     diags = refusals("int a = 32;\nint b = warpSize;\nasm(\"x\");\n")
-    assert [(d.line, d.col) for d in diags] == [(1, 9), (2, 9), (3, 1)]
+    assert [(d.check, d.line, d.col) for d in diags] == [
+        ("lane-constant", 1, 9), ("warpsize-outside-prelude", 2, 9), ("inline-asm", 3, 1)]
 
 
 def test_lane_constants_allowed_in_prelude_and_other_numbers_everywhere() -> None:
@@ -256,6 +268,7 @@ def test_lane_constants_allowed_in_prelude_and_other_numbers_everywhere() -> Non
 )
 def test_warpsize_constant_contexts_refused_in_prelude(src: str, context: str) -> None:
     (diag,) = refusals(src, prelude=True)
+    assert (diag.check, diag.line, diag.col) == ("warpsize-constant", 1, src.index("warpSize") + 1)
     assert "warpSize" in diag.message and context in diag.message
 
 
@@ -296,7 +309,7 @@ def test_tokenizer_round_trips_the_sources() -> None:
 
 def test_unterminated_comment_is_reported() -> None:
     (diag,) = refusals("int a;\n/* open")
-    assert (diag.line, diag.col) == (2, 1) and "unterminated" in diag.message
+    assert (diag.check, diag.line, diag.col) == ("syntax", 2, 1) and "unterminated" in diag.message
 
 
 # ---- vendor-guarded prelude sections -----------------------------------------------------------------------------
@@ -336,25 +349,46 @@ def test_guarded_asm_accepted_in_prelude(guard: str) -> None:
 )
 def test_unguarded_asm_refused_in_prelude(guard: str, line: int) -> None:
     (diag,) = refusals(guard.replace("{asm}", ASM), prelude=True, path="pa_prelude.cuh")
-    assert (diag.line, diag.col) == (line, 1)
+    assert (diag.check, diag.line, diag.col) == ("inline-asm", line, 1)
     assert str(diag).startswith(f"pa_prelude.cuh:{line}:1: error: inline assembly")
 
 
 def test_guarded_asm_refused_outside_prelude() -> None:
     (diag,) = refusals(f"#if defined(PA_VENDOR_CUDA)\n{ASM}\n#endif\n", prelude=False)
-    assert diag.line == 2 and "only the prelude" in diag.message
+    assert (diag.check, diag.line, diag.col) == ("inline-asm", 2, 1) and "only the prelude" in diag.message
 
 
-
-def test_prelude_files() -> None:
-    """The vendor prelude and the matrix-core header (pa_mfma.cuh) get the prelude treatment, other files do not."""
+@pytest.mark.parametrize("name", [
+    "pa_prelude.cuh", "src_cuda/pa_prelude_elem.cuh", "pa_mma.cuh", "pa_mma_sync.cuh", "pa_mma_tf32.cuh",
+    "pa_mma_wgmma.cuh", "a\\pa_mma_mfma.cuh", "src_cuda/pa_mfma.cuh", "pa_mfma_tiles.cuh",
+])
+def test_prelude_files_by_pattern(name: str) -> None:
     from hipify.translate import is_prelude
 
-    assert is_prelude("pa_prelude.cuh") and is_prelude("src_cuda/pa_mfma.cuh") and is_prelude("a\\pa_mfma.cuh")
-    assert not is_prelude("src_cuda/pa_mfma_probe.cu") and not is_prelude("flash_fwd_simt.cu")
+    assert is_prelude(name)
+
+
+@pytest.mark.parametrize("name", [
+    "pa_softmax.cuh", "pa_tile_io.cuh", "pa_mask.cuh", "pa_params.cuh", "pa_fwd_params.cuh",
+    "src_cuda/pa_mfma_probe.cu", "pa_prelude_probe.cu", "my_pa_prelude.cuh", "kernel.cu",
+])
+def test_other_files_are_not_prelude(name: str) -> None:
+    from hipify.translate import is_prelude
+
+    assert not is_prelude(name)
+
+
+def test_prelude_keeps_its_guarded_asm() -> None:
     src = REPO / "src_cuda" / "pa_mfma.cuh"
     text = src.read_text()
-    assert "asm(" in text and translate_file(text, "src_cuda/pa_mfma.cuh", str(src)).endswith(text)
+    assert "asm(" in text and translate_file(text, "src_cuda/pa_mfma.cuh", str(src), strict=True).endswith(text)
+
+
+def test_project_kernel_file_keeps_strict_rules() -> None:
+    """A kernel file of portattn's tree (say pa_softmax.cuh) may not use warpSize or a lane constant directly."""
+    diags = refusals("PA_DEVICE float f(float v) { return v * warpSize + 32; }\n", path="pa_softmax.cuh")
+    assert [(d.check, d.col) for d in diags] == [("warpsize-outside-prelude", 41), ("lane-constant", 52)]
+
 
 def test_guarded_cuda_section_is_kept_verbatim() -> None:
     cuda = "#if defined(PA_VENDOR_CUDA)\nv = __shfl_xor_sync(0xffffffffu, v, 1);\n#else\n"
@@ -373,9 +407,9 @@ def test_int_value() -> None:
 
 
 def test_header_and_idempotency_of_translate_file() -> None:
-    out = translate_file("v = __shfl_xor_sync(m, v, 1);\n", "src_cuda/a.cu", "/abs/src_cuda/a.cu")
+    out = translate_file("v = __shfl_xor_sync(m, v, 1);\n", "src_cuda/a.cu", "/abs/src_cuda/a.cu", strict=True)
     assert out == "// generated by portattn-hipify from src_cuda/a.cu, do not edit\nv = __shfl_xor(v, 1);\n"
-    assert translate_file(out, "src_hip/a.cu", "src_hip/a.cu") == out
+    assert translate_file(out, "src_hip/a.cu", "src_hip/a.cu", strict=True) == out
     assert split_header(out)[0] == "src_cuda/a.cu"
 
 
@@ -406,9 +440,9 @@ def test_cli_generates_deterministic_idempotent_output(tmp_path: Path) -> None:
         assert text == (out2 / name).read_bytes()
         assert text.startswith(f"// generated by portattn-hipify from src_cuda/{name}, do not edit\n".encode())
         assert str(tmp_path).encode() not in text
-    # running on its own output changes nothing, in place or into another directory
+    # running on its own output changes nothing; writing into the input folder itself is refused
     assert main([str(out1), "-o", str(out3), "-q"]) == 0
-    assert main([str(out1), "-o", str(out1), "-q"]) == 0
+    assert main([str(out1), "-o", str(out1), "-q"]) == 2
     for name in names:
         assert (out3 / name).read_bytes() == (out2 / name).read_bytes() == (out1 / name).read_bytes()
     assert main([str(src), "-o", str(out1), "--check"]) == 0

@@ -1,0 +1,128 @@
+"""CUDA's ``<math_constants.h>`` for HIP: the ``CUDART_*`` constants, for the include rule ``inc-math-constants``.
+
+hiprtc (ROCm 5.2) has no such header, and current ROCm names its own set ``HIPRT_*``. The include becomes a block that
+defines the CUDA names with the values CUDA gives them: special values as bit patterns, the others as literals.
+``tests/hipify/test_compile.py`` checks every value against NVRTC's own header.
+"""
+from __future__ import annotations
+
+_FLOAT_BITS = {
+    "CUDART_INF_F": 0x7F800000,
+    "CUDART_NAN_F": 0x7FFFFFFF,
+    "CUDART_MIN_DENORM_F": 0x00000001,
+    "CUDART_MAX_NORMAL_F": 0x7F7FFFFF,
+    "CUDART_NEG_ZERO_F": 0x80000000,
+}
+_DOUBLE_BITS = {
+    "CUDART_INF": 0x7FF0000000000000,
+    "CUDART_NAN": 0xFFF8000000000000,
+    "CUDART_NEG_ZERO": 0x8000000000000000,
+    "CUDART_MIN_DENORM": 0x0000000000000001,
+}
+_VALUES = {
+    "CUDART_ZERO_F": "0.0f",
+    "CUDART_ONE_F": "1.0f",
+    "CUDART_SQRT_HALF_F": "0.707106781f",
+    "CUDART_SQRT_HALF_HI_F": "0.707106781f",
+    "CUDART_SQRT_HALF_LO_F": "1.210161749e-08f",
+    "CUDART_SQRT_TWO_F": "1.414213562f",
+    "CUDART_THIRD_F": "0.333333333f",
+    "CUDART_PIO4_F": "0.785398163f",
+    "CUDART_PIO2_F": "1.570796327f",
+    "CUDART_3PIO4_F": "2.356194490f",
+    "CUDART_2_OVER_PI_F": "0.636619772f",
+    "CUDART_SQRT_2_OVER_PI_F": "0.797884561f",
+    "CUDART_PI_F": "3.141592654f",
+    "CUDART_L2E_F": "1.442695041f",
+    "CUDART_L2T_F": "3.321928094f",
+    "CUDART_LG2_F": "0.301029996f",
+    "CUDART_LGE_F": "0.434294482f",
+    "CUDART_LN2_F": "0.693147181f",
+    "CUDART_LNT_F": "2.302585093f",
+    "CUDART_LNPI_F": "1.144729886f",
+    "CUDART_TWO_TO_M126_F": "1.175494351e-38f",
+    "CUDART_TWO_TO_126_F": "8.507059173e37f",
+    "CUDART_NORM_HUGE_F": "3.402823466e38f",
+    "CUDART_TWO_TO_23_F": "8388608.0f",
+    "CUDART_TWO_TO_24_F": "16777216.0f",
+    "CUDART_TWO_TO_31_F": "2147483648.0f",
+    "CUDART_TWO_TO_32_F": "4294967296.0f",
+    "CUDART_REMQUO_BITS_F": "3u",
+    "CUDART_REMQUO_MASK_F": "(~(~0u << CUDART_REMQUO_BITS_F))",
+    "CUDART_TRIG_PLOSS_F": "105615.0f",
+    "CUDART_ZERO": "0.0",
+    "CUDART_ONE": "1.0",
+    "CUDART_SQRT_TWO": "1.4142135623730951e+0",
+    "CUDART_SQRT_HALF": "7.0710678118654757e-1",
+    "CUDART_SQRT_HALF_HI": "7.0710678118654757e-1",
+    "CUDART_SQRT_HALF_LO": "-4.8336466567264567e-17",
+    "CUDART_THIRD": "3.3333333333333333e-1",
+    "CUDART_TWOTHIRD": "6.6666666666666667e-1",
+    "CUDART_PIO4": "7.8539816339744828e-1",
+    "CUDART_PIO4_HI": "7.8539816339744828e-1",
+    "CUDART_PIO4_LO": "3.0616169978683830e-17",
+    "CUDART_PIO2": "1.5707963267948966e+0",
+    "CUDART_PIO2_HI": "1.5707963267948966e+0",
+    "CUDART_PIO2_LO": "6.1232339957367660e-17",
+    "CUDART_3PIO4": "2.3561944901923448e+0",
+    "CUDART_2_OVER_PI": "6.3661977236758138e-1",
+    "CUDART_PI": "3.1415926535897931e+0",
+    "CUDART_PI_HI": "3.1415926535897931e+0",
+    "CUDART_PI_LO": "1.2246467991473532e-16",
+    "CUDART_SQRT_2PI": "2.5066282746310007e+0",
+    "CUDART_SQRT_2PI_HI": "2.5066282746310007e+0",
+    "CUDART_SQRT_2PI_LO": "-1.8328579980459167e-16",
+    "CUDART_SQRT_PIO2": "1.2533141373155003e+0",
+    "CUDART_SQRT_PIO2_HI": "1.2533141373155003e+0",
+    "CUDART_SQRT_PIO2_LO": "-9.1642899902295834e-17",
+    "CUDART_SQRT_2OPI": "7.9788456080286536e-1",
+    "CUDART_L2E": "1.4426950408889634e+0",
+    "CUDART_L2E_HI": "1.4426950408889634e+0",
+    "CUDART_L2E_LO": "2.0355273740931033e-17",
+    "CUDART_L2T": "3.3219280948873622e+0",
+    "CUDART_LG2": "3.0102999566398120e-1",
+    "CUDART_LG2_HI": "3.0102999566398120e-1",
+    "CUDART_LG2_LO": "-2.8037281277851704e-18",
+    "CUDART_LGE": "4.3429448190325182e-1",
+    "CUDART_LGE_HI": "4.3429448190325182e-1",
+    "CUDART_LGE_LO": "1.09831965021676510e-17",
+    "CUDART_LN2": "6.9314718055994529e-1",
+    "CUDART_LN2_HI": "6.9314718055994529e-1",
+    "CUDART_LN2_LO": "2.3190468138462996e-17",
+    "CUDART_LNT": "2.3025850929940459e+0",
+    "CUDART_LNT_HI": "2.3025850929940459e+0",
+    "CUDART_LNT_LO": "-2.1707562233822494e-16",
+    "CUDART_LNPI": "1.1447298858494002e+0",
+    "CUDART_LN2_X_1024": "7.0978271289338397e+2",
+    "CUDART_LN2_X_1025": "7.1047586007394398e+2",
+    "CUDART_LN2_X_1075": "7.4513321910194122e+2",
+    "CUDART_LG2_X_1024": "3.0825471555991675e+2",
+    "CUDART_LG2_X_1075": "3.2360724533877976e+2",
+    "CUDART_TWO_TO_23": "8388608.0",
+    "CUDART_TWO_TO_52": "4503599627370496.0",
+    "CUDART_TWO_TO_53": "9007199254740992.0",
+    "CUDART_TWO_TO_54": "18014398509481984.0",
+    "CUDART_TWO_TO_M54": "5.5511151231257827e-17",
+    "CUDART_TWO_TO_M1022": "2.22507385850720140e-308",
+    "CUDART_TRIG_PLOSS": "2147483648.0",
+    "CUDART_DBL2INT_CVT": "6755399441055744.0",
+}
+
+
+GUARD = "PORTATTN_HIPIFY_MATH_CONSTANTS"
+
+
+def definitions() -> dict[str, str]:
+    """Every CUDART_* name with the expression it stands for."""
+    found = {name: f"__int_as_float(0x{bits:08x})" for name, bits in _FLOAT_BITS.items()}
+    found.update({name: f"__longlong_as_double(0x{bits:016x}ll)" for name, bits in _DOUBLE_BITS.items()})
+    found.update(_VALUES)
+    return found
+
+
+def header_block() -> str:
+    """The directive block that replaces ``#include <math_constants.h>`` (defined once per translation unit)."""
+    lines = [f"#ifndef {GUARD}", f"#define {GUARD}"]
+    lines += [f"#define {name} {value}" for name, value in definitions().items()]
+    lines.append("#endif")
+    return "\n".join(lines)
