@@ -78,8 +78,6 @@ def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k
             raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; they must share a dtype")
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    if q.device.type != "cuda":
-        raise ValueError(f"portattn runs on a GPU: q is on {q.device}")
     if k_cache.shape != v_cache.shape:
         raise ValueError(f"k_cache and v_cache must have the same shape, got {tuple(k_cache.shape)} and "
                          f"{tuple(v_cache.shape)}")
@@ -146,6 +144,11 @@ def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k
     return max(lengths, default=0) + new
 
 
+def _check_gpu(q: torch.Tensor) -> None:
+    if q.device.type != "cuda":
+        raise ValueError(f"portattn runs on a GPU: q is on {q.device}, move q and the caches to a CUDA/ROCm device")
+
+
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
                            cache_seqlens: Union[int, torch.Tensor], k: Optional[torch.Tensor] = None,
                            v: Optional[torch.Tensor] = None, block_table: Optional[torch.Tensor] = None,
@@ -170,6 +173,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
         raise RuntimeError("attention_with_kvcache is not differentiable (it serves generation); call it under "
                            "torch.no_grad()")
+    _check_gpu(q)
     if not isinstance(cache_seqlens, torch.Tensor):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     elif cache_seqlens.device != q.device:

@@ -204,3 +204,149 @@ def run(dtypes: list[str], head_dims: list[int], seqlens: list[int], causal: lis
 def bench_meta() -> dict[str, str]:
     """Where the numbers come from: device name and torch version."""
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+
+
+@dataclass
+class DecodeRow:
+    """One decode call (one query row per sequence): kernel-only time (CUDA graph replay) and end-to-end time
+    (eager calls), microseconds, for portattn (contiguous and paged caches) and each SDPA backend; K+V read in
+    GB/s from the kernel-only times."""
+
+    dtype: str
+    head_dim: int
+    heads_q: int
+    heads_kv: int
+    batch: int
+    keys: int
+    bytes: int  # K and V bytes a call must read
+    kernel_us: dict[str, float | None] = field(default_factory=dict)
+    eager_us: dict[str, float | None] = field(default_factory=dict)
+    max_rel_error: float = 0.0
+
+    def gbps(self, name: str) -> float | None:
+        t = self.kernel_us.get(name)
+        return self.bytes / t / 1e3 if t else None
+
+
+def _graph_us(fn: Callable[[], object], reps: int) -> float:
+    """Median microseconds of one replay of a CUDA graph that captured ``fn`` (warmed up on a side stream)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return 1e3 * time_ms(graph.replay, reps, 3)
+
+
+def bench_decode_case(dtype: str, head_dim: int, heads_q: int, heads_kv: int, batch: int, keys: int,
+                      page_size: int = 64, reps: int = 50) -> DecodeRow:
+    """The same decode call through portattn (contiguous and paged caches) and SDPA's backends."""
+    from ..ops.kvcache import attention_with_kvcache
+
+    gen = torch.Generator(device="cuda").manual_seed(keys + batch)
+    dt = _DTYPES[dtype]
+    q = torch.randn(batch, 1, heads_q, head_dim, device="cuda", dtype=dt, generator=gen)
+    k = torch.randn(batch, keys, heads_kv, head_dim, device="cuda", dtype=dt, generator=gen)
+    v = torch.randn(batch, keys, heads_kv, head_dim, device="cuda", dtype=dt, generator=gen)
+    lengths = torch.full((batch,), keys, dtype=torch.int32, device="cuda")
+    pages = -(-keys // page_size)
+    table = torch.randperm(batch * pages, device="cuda", generator=gen).to(torch.int32).view(batch, pages)
+    k_pool = torch.empty(batch * pages, page_size, heads_kv, head_dim, device="cuda", dtype=dt)
+    v_pool = torch.empty_like(k_pool)
+    padded = pages * page_size
+    for src, pool in ((k, k_pool), (v, v_pool)):
+        full = torch.zeros(batch, padded, heads_kv, head_dim, device="cuda", dtype=dt)
+        full[:, :keys] = src
+        pool[table.flatten().long()] = full.view(batch * pages, page_size, heads_kv, head_dim)
+    calls: dict[str, Callable[[], object]] = {
+        "portattn": lambda: attention_with_kvcache(q, k, v, cache_seqlens=lengths),
+        "portattn paged": lambda: attention_with_kvcache(q, k_pool, v_pool, cache_seqlens=lengths,
+                                                         block_table=table),
+    }
+    qs, ks, vs = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    for name in SDPA_BACKENDS:
+        fn = _sdpa(name, qs, ks, vs, False)
+        if fn is not None:
+            calls[f"SDPA {name}"] = fn
+    ref, _ = reference_attention(qs[:1], ks[:1], vs[:1])
+    row = DecodeRow(dtype, head_dim, heads_q, heads_kv, batch, keys, 2 * k.numel() * k.element_size())
+    with torch.no_grad():
+        got = calls["portattn paged"]()
+        row.max_rel_error = relative_error(got[:1].transpose(1, 2), ref)
+        for name in ["portattn", "portattn paged", *(f"SDPA {n}" for n in SDPA_BACKENDS)]:
+            fn = calls.get(name)
+            row.kernel_us[name] = _graph_us(fn, reps) if fn else None
+            row.eager_us[name] = 1e3 * time_ms(fn, reps, 5) if fn else None
+    return row
+
+
+def format_decode_table(rows: list[DecodeRow]) -> str:
+    names = ["portattn", "portattn paged", *(f"SDPA {n}" for n in SDPA_BACKENDS)]
+    head = ["dtype", "d", "Hq:Hk", "B", "keys", "rel err", *(f"{n} µs" for n in names), "portattn GB/s",
+            "x SDPA default", "x SDPA flash", "paged / contiguous", "eager portattn µs", "eager SDPA default µs"]
+    fmt = lambda x, spec: "—" if x is None else format(x, spec)  # noqa: E731
+    ratio = lambda a, b: a / b if a and b else None  # noqa: E731
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        ours = r.kernel_us["portattn"]
+        cells = [r.dtype, str(r.head_dim), f"{r.heads_q}:{r.heads_kv}", str(r.batch), str(r.keys),
+                 f"{r.max_rel_error:.1e}", *(fmt(r.kernel_us.get(n), ".1f") for n in names),
+                 fmt(r.gbps("portattn"), ".0f"), fmt(ratio(r.kernel_us.get("SDPA default"), ours), ".2f"),
+                 fmt(ratio(r.kernel_us.get("SDPA flash"), ours), ".2f"),
+                 fmt(ratio(r.kernel_us.get("portattn paged"), ours), ".2f"),
+                 fmt(r.eager_us.get("portattn"), ".1f"), fmt(r.eager_us.get("SDPA default"), ".1f")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run_decode(dtypes: list[str], head_dims: list[int], groups: list[tuple[int, int]], batches: list[int],
+               keys: list[int], json_path: str | None, reps: int = 50) -> list[DecodeRow]:
+    rows = []
+    for dtype in dtypes:
+        for d in head_dims:
+            for hq, hk in groups:
+                for b in batches:
+                    for n in keys:
+                        rows.append(bench_decode_case(dtype, d, hq, hk, b, n, reps=reps))
+                        print(format_decode_table(rows[-1:]).splitlines()[-1], flush=True)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"meta": bench_meta(), "rows": [asdict(r) for r in rows]}, f, indent=1)
+    return rows
+
+
+def host_overhead_us(calls: int = 2000) -> dict[str, float]:
+    """Wall-clock microseconds per eager call on tiny tensors (host cost), over ``calls`` calls: SDPA, portattn
+    .attention, and SDPA routed by the patch."""
+    import time
+
+    from ..integrations.sdpa import patch_sdpa
+
+    q = torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    fns = {"F.scaled_dot_product_attention": lambda: sdpa(q, q, q),
+           "portattn.attention": lambda: attention(q, q, q)}
+    result = {}
+    for name, fn in fns.items():
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        result[name] = (time.perf_counter() - start) / calls * 1e6
+    with patch_sdpa():
+        routed = torch.nn.functional.scaled_dot_product_attention
+        for _ in range(50):
+            routed(q, q, q)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            routed(q, q, q)
+        torch.cuda.synchronize()
+        result["patched F.scaled_dot_product_attention"] = (time.perf_counter() - start) / calls * 1e6
+    return result

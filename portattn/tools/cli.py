@@ -26,6 +26,20 @@ def _bench(args: argparse.Namespace) -> int:
         except ImportError as exc:
             print(f"portattn bench --plot: {exc}", file=sys.stderr)
             return 2
+    if args.overhead:
+        from .bench import host_overhead_us
+
+        for name, us in host_overhead_us().items():
+            print(f"host cost per eager call, {name}: {us:.1f} µs")
+        return 0
+    if args.decode:
+        from .bench import format_decode_table, run_decode
+
+        groups = [tuple(int(x) for x in g.split(":")) for g in args.groups]
+        rows = run_decode(args.dtype, args.head_dim, groups, args.batch, args.keys, args.json)
+        print()
+        print(format_decode_table(rows))
+        return 0
     rows = run(args.dtype, args.head_dim, args.seqlen, [c == "yes" for c in args.causal], args.json,
                reps=args.reps, warmup=args.warmup, backward=args.backward)
     print()
@@ -221,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--plot", metavar="PATH.png", help="also plot TFLOP/s vs sequence length (needs matplotlib)")
     b.add_argument("--backward", action="store_true",
                    help="time the backward (and forward+backward, peak memory) instead of the forward")
+    b.add_argument("--decode", action="store_true",
+                   help="time decoding (one query row per sequence over a KV cache): CUDA graph replay and eager")
+    b.add_argument("--groups", nargs="+", default=["32:8", "8:1"], help="--decode: query heads:key/value heads")
+    b.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32], help="--decode: sequences")
+    b.add_argument("--keys", nargs="+", type=int, default=[4096, 8192, 65536], help="--decode: keys per sequence")
+    b.add_argument("--overhead", action="store_true", help="host cost of one eager call on tiny tensors")
     p = sub.add_parser("plot", help="plot a bench JSON file (no GPU needed; needs matplotlib)")
     p.add_argument("json", help="file written by portattn bench --json")
     p.add_argument("-o", "--output", help="image path (default: the JSON path with .png)")

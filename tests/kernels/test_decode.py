@@ -1,0 +1,221 @@
+"""Decoding over KV caches (attention_with_kvcache and decode-shaped attention calls) against float64, on every
+target the machine executes: random lengths, contiguous and paged caches with scattered page tables, grouped-query
+ratios, query lengths 1-16, forced and automatic key splits, appends in place."""
+import math
+
+import pytest
+import torch
+
+import portattn
+from portattn.kernels import decode
+from portattn.tools.reference import reference_attention, relative_error
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_target")]
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+
+
+def rand(gen, dtype, *shape):
+    return torch.randn(*shape, device="cuda", generator=gen).to(dtype)
+
+
+def reference(q, keys, values, lengths, causal, scale=None):
+    """float64 attention per sequence: q [B, Nq, Hq, D], keys/values [B, >= L, Hk, D] (first L rows used);
+    bottom-right causal. Returns out [B, Nq, Hq, D] and lse [B, Hq, Nq]."""
+    b_n, nq, hq, d = q.shape
+    group = hq // keys.shape[2]
+    out = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
+    lse = torch.full((b_n, hq, nq), -math.inf, dtype=torch.float64, device=q.device)
+    scale = d**-0.5 if scale is None else scale
+    for b, n in enumerate(lengths):
+        if n == 0:
+            continue
+        qs = q[b].double().transpose(0, 1)  # [Hq, Nq, D]
+        ks = keys[b, :n].double().transpose(0, 1).repeat_interleave(group, 0)
+        vs = values[b, :n].double().transpose(0, 1).repeat_interleave(group, 0)
+        s = qs @ ks.transpose(-1, -2) * scale
+        if causal:
+            i = torch.arange(nq, device=q.device)[:, None]
+            j = torch.arange(n, device=q.device)[None, :]
+            s = s.masked_fill(j > n - nq + i, -math.inf)
+        row_lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - row_lse[..., None]).nan_to_num(0.0)
+        out[b] = (p @ vs).transpose(0, 1)
+        lse[b] = row_lse
+    return out, lse
+
+
+def paged(cache: torch.Tensor, page_size: int, gen) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same keys in a pool of pages [P, page_size, H, D] under a scattered block table [B, pages]."""
+    b_n, cap, h, d = cache.shape
+    per_seq = cap // page_size
+    order = torch.randperm(b_n * per_seq + 3, device="cuda", generator=gen)  # a few pages nobody uses
+    pool = torch.full((b_n * per_seq + 3, page_size, h, d), float("nan"), device="cuda", dtype=cache.dtype)
+    table = order[: b_n * per_seq].view(b_n, per_seq).to(torch.int32)
+    pool[table.flatten().long()] = cache.view(b_n * per_seq, page_size, h, d)
+    return pool, table
+
+
+def check(got, ref, dtype, lse=None, ref_lse=None):
+    assert not torch.isnan(got).any(), "NaN in the output"
+    assert relative_error(got, ref) <= TOL[dtype], relative_error(got, ref)
+    if lse is not None:
+        finite = torch.isfinite(ref_lse)
+        assert torch.equal(torch.isfinite(lse), finite)
+        assert relative_error(lse[finite], ref_lse[finite]) <= 1e-5
+
+
+@pytest.mark.parametrize("splits", [0, 1, 3])
+@pytest.mark.parametrize("nq", [1, 4, 16])
+@pytest.mark.parametrize("hq,hk", [(8, 8), (32, 8), (8, 1)])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_contiguous_cache(gen, dtype, hq, hk, nq, splits):
+    b, cap, d = 3, 700, 128
+    lengths = [700, 1, 333][:b]
+    lengths = [max(n, nq) for n in lengths]
+    q = rand(gen, dtype, b, nq, hq, d)
+    k_cache, v_cache = rand(gen, dtype, b, cap, hk, d), rand(gen, dtype, b, cap, hk, d)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    out, lse = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, num_splits=splits,
+                                               return_lse=True)
+    ref, ref_lse = reference(q, k_cache, v_cache, lengths, causal=True)
+    check(out, ref, dtype, lse, ref_lse)
+
+
+@pytest.mark.parametrize("page_size", [16, 48, 256])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_paged_cache_matches_contiguous(gen, dtype, d, page_size):
+    b, hq, hk, nq = 2, 8, 2, 2
+    cap = page_size * -(-600 // page_size)
+    lengths = [600, 37]
+    q = rand(gen, dtype, b, nq, hq, d)
+    k_cache, v_cache = rand(gen, dtype, b, cap, hk, d), rand(gen, dtype, b, cap, hk, d)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    k_pool, table = paged(k_cache, page_size, gen)
+    v_pool = torch.full_like(k_pool, float("nan"))
+    v_pool[table.flatten().long()] = v_cache.view(-1, page_size, hk, d)
+    out = portattn.attention_with_kvcache(q, k_pool, v_pool, cache_seqlens=seqlens, block_table=table)
+    ref, _ = reference(q, k_cache, v_cache, lengths, causal=True)
+    check(out, ref, dtype)
+    contiguous = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
+    assert relative_error(out, contiguous.double()) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("paged_cache", [False, True], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_append_in_place(gen, dtype, paged_cache):
+    """New keys and values land after each sequence's keys, in place; nothing else in the cache changes."""
+    b, cap, hq, hk, d, new = 3, 256, 8, 4, 64, 3
+    lengths = [0, 100, 250]
+    q = rand(gen, dtype, b, new, hq, d)
+    k_cache, v_cache = rand(gen, dtype, b, cap, hk, d), rand(gen, dtype, b, cap, hk, d)
+    k_new, v_new = rand(gen, dtype, b, new, hk, d), rand(gen, dtype, b, new, hk, d)
+    expected_k, expected_v = k_cache.clone(), v_cache.clone()
+    for i, n in enumerate(lengths):
+        expected_k[i, n:n + new], expected_v[i, n:n + new] = k_new[i], v_new[i]
+    table = None
+    if paged_cache:
+        k_cache, table = paged(k_cache, 32, gen)
+        v_pool = torch.full_like(k_cache, float("nan"))
+        v_pool[table.flatten().long()] = v_cache.view(-1, 32, hk, d)
+        v_cache = v_pool
+    before_k = k_cache.clone()
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    out = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, k=k_new, v=v_new,
+                                          block_table=table)
+    ref, _ = reference(q, expected_k, expected_v, [n + new for n in lengths], causal=True)
+    check(out, ref, dtype)
+    if paged_cache:
+        got_k = k_cache[table.long()].flatten(1, 2)
+        untouched = torch.ones(k_cache.shape[0], dtype=torch.bool, device="cuda")
+        untouched[table.flatten().long()] = False
+        assert torch.equal(k_cache[untouched].isnan(), before_k[untouched].isnan()), "pages of no sequence changed"
+    else:
+        got_k = k_cache
+    assert torch.equal(got_k, expected_k)
+
+
+def test_non_causal_and_scale(gen):
+    dtype, b, cap, hq, hk, d, nq = torch.bfloat16, 2, 300, 16, 4, 128, 5
+    q = rand(gen, dtype, b, nq, hq, d)
+    k_cache, v_cache = rand(gen, dtype, b, cap, hk, d), rand(gen, dtype, b, cap, hk, d)
+    out = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=299, causal=False, scale=0.2)
+    ref, _ = reference(q, k_cache, v_cache, [299, 299], causal=False, scale=0.2)
+    check(out, ref, dtype)
+
+
+def test_rows_without_keys_give_zeros(gen):
+    """Bottom-right causal with fewer keys than query positions: the first positions see no key (flash-attn's
+    convention: zeros and LSE -inf)."""
+    dtype, b, nq = torch.float16, 2, 6
+    q = rand(gen, dtype, b, nq, 4, 64)
+    k_cache, v_cache = rand(gen, dtype, b, 64, 4, 64), rand(gen, dtype, b, 64, 4, 64)
+    seqlens = torch.tensor([3, 0], dtype=torch.int32, device="cuda")
+    out, lse = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, return_lse=True)
+    ref, ref_lse = reference(q, k_cache, v_cache, [3, 0], causal=True)
+    check(out, ref, dtype, lse, ref_lse)
+    assert torch.equal(out[1], torch.zeros_like(out[1])) and torch.isinf(lse[1]).all()
+
+
+def test_bad_lengths_and_pages_on_the_gpu_give_nan(gen):
+    """Lengths and page tables that live on the GPU are checked by the kernels: NaN for the sequences they break,
+    never a read or write outside the cache, the other sequences unharmed."""
+    dtype, b, hq, hk, d = torch.float16, 3, 4, 2, 64
+    q = rand(gen, dtype, b, 1, hq, d)
+    k_cache, v_cache = rand(gen, dtype, b, 128, hk, d), rand(gen, dtype, b, 128, hk, d)
+    seqlens = torch.tensor([50, 129, -2], dtype=torch.int32, device="cuda")
+    out = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, num_splits=2)
+    assert out[1:].isnan().all() and not out[0].isnan().any()
+    check(out[:1], reference(q[:1], k_cache[:1], v_cache[:1], [50], causal=True)[0], dtype)
+    pool, table = paged(k_cache, 32, gen)
+    table[0, 1] = pool.shape[0] + 5
+    out = portattn.attention_with_kvcache(q, pool, pool, cache_seqlens=torch.tensor(
+        [100, 10, 10], dtype=torch.int32, device="cuda"), block_table=table)
+    assert out[0].isnan().all() and not out[1:].isnan().any()
+
+
+@pytest.mark.parametrize("nq", [1, 3, 16])
+@pytest.mark.parametrize("hq,hk", [(32, 8), (8, 1)])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_decode_shaped_attention_calls(gen, dtype, hq, hk, nq):
+    """portattn.attention with a few query rows (not causal) runs on the decode kernels: the SDPA patch's calls
+    during generation."""
+    q = rand(gen, dtype, 2, hq, nq, 128)
+    k, v = rand(gen, dtype, 2, hk, 1500, 128), rand(gen, dtype, 2, hk, 1500, 128)
+    assert nq <= decode.MAX_QUERIES
+    out = torch.full_like(q, float("nan"))
+    _, lse = portattn.attention(q, k, v, return_lse=True, out=out)
+    ref, ref_lse = reference_attention(q, k, v)
+    check(out, ref, dtype, lse, ref_lse)
+
+
+def test_cuda_graph_replay_with_growing_lengths(gen):
+    """One captured decode step replayed while the lengths grow on the device (the generation loop)."""
+    dtype, b, cap, hq, hk, d = torch.bfloat16, 2, 512, 8, 2, 128
+    q = rand(gen, dtype, b, 1, hq, d)
+    k_cache, v_cache = rand(gen, dtype, b, cap, hk, d), rand(gen, dtype, b, cap, hk, d)
+    k_new, v_new = rand(gen, dtype, b, 1, hk, d), rand(gen, dtype, b, 1, hk, d)
+    seqlens = torch.tensor([10, 200], dtype=torch.int32, device="cuda")
+
+    def step():
+        return portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, k=k_new, v=v_new,
+                                               num_splits=4)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = step()
+    for _ in range(3):
+        seqlens += 1
+        for t in (q, k_new, v_new):
+            t.copy_(torch.randn(t.shape, device="cuda", generator=gen))
+        graph.replay()
+        torch.cuda.synchronize()
+        lengths = (seqlens + 1).tolist()
+        ref, _ = reference(q, k_cache, v_cache, lengths, causal=True)
+        check(static_out, ref, dtype)
