@@ -3,8 +3,8 @@
 // packed into the rows of one tile so that K and V are read once for all of them.
 //
 // Block x = split + num_splits (row block + row_blocks (b Hk + h_kv)): PA_BLOCK_M packed query rows (pa_decode_params
-// .cuh) against the keys [split keys_per_split, ...) of sequence b. The K / V tiles stream as in the forward's
-// synchronous schedule (V of tile t loads during its scores, K of tile t + 1 during its softmax and P·V), the
+// .cuh) against the keys [split keys_per_split, ...) of sequence b. K and V tiles stream through PA_STAGES buffers:
+// the copies of the next PA_STAGES - 1 tiles are in flight while one is computed (decoding waits on memory). The
 // online softmax and the tile products come from the shared headers. With one split the rows are normalised and
 // stored as the output; otherwise each block stores its rows normalised by its own sum, and its LSE, for
 // flash_decode_combine.cu. A row that sees no key of the split stores zeros and LSE -inf.
@@ -12,13 +12,14 @@
 // Bad indices never reach memory: a sequence length outside [0, capacity] or a page outside the pool turns the
 // block's rows into NaN (the host checks what it can without a device sync; this is the backstop).
 //
-// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_SMEM_BYTES, PA_BF16, PA_F32.
+// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_STAGES, PA_SMEM_BYTES,
+// PA_BF16, PA_F32.
 #include "pa_decode_params.cuh"
 #include "pa_softmax.cuh"
 #include "pa_tile.cuh"
 
-#if !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_SMEM_BYTES)
-#error "PA_BLOCK_M, PA_BLOCK_N and PA_SMEM_BYTES must be defined by the host"
+#if !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_STAGES) || !defined(PA_SMEM_BYTES)
+#error "PA_BLOCK_M, PA_BLOCK_N, PA_STAGES and PA_SMEM_BYTES must be defined by the host"
 #endif
 #if PA_MMA_WGMMA
 #error "the decode kernel runs on the synchronous tile products"
@@ -33,11 +34,14 @@ constexpr int WAVES = PA_THREADS / PA_WARP_SIZE;
 constexpr int MT = BM / (WAVES * PA_MMA_M);
 constexpr int SN = BN / PA_MMA_N;
 constexpr int ON = D / PA_MMA_N;
+constexpr int STAGES = PA_STAGES;        // K / V tile pairs in shared memory
+constexpr int KV = pa_tile_elems<BN>();  // elements of one K or V tile
+static_assert(STAGES >= 1 && STAGES <= 4, "PA_STAGES must be 1..4");
 static_assert(PA_THREADS % PA_WARP_SIZE == 0 && MT >= 1 && BM == WAVES * PA_MMA_M * MT, "bad PA_BLOCK_M / PA_THREADS");
 static_assert(SN % PA_MMA_B_TILES == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_N");
 static_assert(D % PA_MMA_K == 0 && ON % PA_MMA_B_TILES == 0, "unsupported PA_HEAD_DIM");
-// Q, one K and one V tile.
-static_assert(PA_SMEM_BYTES == (int)sizeof(pa_elem) * (pa_tile_elems<BM>() + 2 * pa_tile_elems<BN>()),
+// Q, STAGES K and V tiles.
+static_assert(PA_SMEM_BYTES == (int)sizeof(pa_elem) * (pa_tile_elems<BM>() + 2 * STAGES * KV),
               "the host's shared-memory size (PA_SMEM_BYTES) does not match this kernel's tiles");
 
 }  // namespace
@@ -46,7 +50,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_decode_mma(
     extern __shared__ float4 pa_smem4[];
     pa_elem* q_s = pa_tile_base(pa_smem4);
     pa_elem* k_s = q_s + pa_tile_elems<BM>();
-    pa_elem* v_s = k_s + pa_tile_elems<BN>();
+    pa_elem* v_s = k_s + STAGES * KV;
 
     const int split = blockIdx.x % p.num_splits;
     const int row_block = blockIdx.x / p.num_splits % p.row_blocks;
@@ -77,16 +81,21 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_decode_mma(
             pa_decode_cache_row(p, base, sb, sn, sh, (int)sizeof(pa_elem), b, h_kv, key, bad));
     };
     const PaTileLoader<BN> kv_loader;
-    auto load_k = [&](int n0) {
-        kv_loader.start_rows(k_s, [&](int r) { return cache_row(p.k, p.k_sb, p.k_sn, p.k_sh, n0 + r); }, n_end - n0);
-    };
-    auto load_v = [&](int n0) {
-        kv_loader.start_rows(v_s, [&](int r) { return cache_row(p.v, p.v_sb, p.v_sn, p.v_sh, n0 + r); }, n_end - n0);
+    // Start copying K and V of the tile at key n0 into buffer `slot` (one commit group).
+    auto load_tile = [&](int n0, int slot) {
+        kv_loader.start_rows(
+            k_s + slot * KV, [&](int r) { return cache_row(p.k, p.k_sb, p.k_sn, p.k_sh, n0 + r); }, n_end - n0);
+        kv_loader.start_rows(
+            v_s + slot * KV, [&](int r) { return cache_row(p.v, p.v_sb, p.v_sn, p.v_sh, n0 + r); }, n_end - n0);
     };
 
     PaTileLoader<BM>().start_rows(q_s, q_row, rows - row0);
-    if (n_begin < n_end) load_k(n_begin);
-    pa_async_commit();
+    const int tiles = n_begin < n_end ? (n_end - n_begin + BN - 1) / BN : 0;
+#pragma unroll
+    for (int t = 0; t < STAGES - 1; ++t) {  // the first STAGES - 1 tiles (the Q copies join the first group)
+        if (t < tiles) load_tile(n_begin + t * BN, t);
+        pa_async_commit();
+    }
 
     pa_mma_c acc[MT][ON];
     PaSoftmax<MT> sm;
@@ -98,21 +107,25 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_decode_mma(
 #pragma unroll
             for (int i = 0; i < PA_MMA_C_REGS; ++i) acc[mt][j][i] = 0.f;
 
-    for (int n0 = n_begin; n0 < n_end; n0 += BN) {
-        pa_async_wait<0>();
-        __syncthreads();  // K of this tile has landed; every wave is done with the previous V
-        load_v(n0);
-        pa_async_commit();
-        pa_mma_c s[MT][SN];
-        pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s);
-        if (pa_softmax_tile(s, sm, key_end, p.scale_log2, row0, n0, n0 + BN > min_key_end)) pa_softmax_rescale(acc, sm);
-        pa_async_wait<0>();
-        __syncthreads();  // V of this tile has landed; every wave is done with K
-        if (n0 + BN < n_end) {
-            load_k(n0 + BN);
+    for (int t = 0; t < tiles; ++t) {
+        const int n0 = n_begin + t * BN, slot = t % STAGES;
+        if constexpr (STAGES == 1) {
+            __syncthreads();  // every wave is done with the buffer
+            load_tile(n0, 0);
             pa_async_commit();
+            pa_async_wait<0>();
+        } else {
+            pa_async_wait<STAGES - 2>();  // tile t has landed (later tiles may still be in flight)
         }
-        pa_tile_pv<MT, ON, BN, SN>(acc, s, v_s);
+        __syncthreads();  // tile t is visible to every wave; every wave is done with tile t - 1
+        if (STAGES > 1) {
+            if (t + STAGES - 1 < tiles) load_tile(n0 + (STAGES - 1) * BN, (t + STAGES - 1) % STAGES);
+            pa_async_commit();  // an empty group past the last tile keeps the wait count right
+        }
+        pa_mma_c s[MT][SN];
+        pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s + slot * KV);
+        if (pa_softmax_tile(s, sm, key_end, p.scale_log2, row0, n0, n0 + BN > min_key_end)) pa_softmax_rescale(acc, sm);
+        pa_tile_pv<MT, ON, BN, SN>(acc, s, v_s + slot * KV);
     }
     pa_async_wait<0>();
     bad = __syncthreads_or(bad);

@@ -26,14 +26,18 @@ from .variant import DTYPES, HALF, HEAD_DIMS, KernelSpec, Rows, TileConfig, dtyp
 T = TileConfig
 F32 = ("float32",)
 
-# One wave per 16 packed rows; the 64-row tiles (4 waves) serve speculative decoding and wide groups.
-_NV = rows(HALF, {d: T(block_m=16, block_n=64, threads=32) for d in (32, 64, 96, 128)}) | rows(
-    HALF, {256: T(block_m=16, block_n=32, threads=32)}) | rows(
-    F32, {d: T(block_m=16, block_n=32, threads=32) for d in (32, 64, 96, 128)})
+# One wave per 16 packed rows; the 64-row tiles (4 waves) serve speculative decoding and wide groups. NVIDIA: K and
+# V stream through three buffers (cp.async), so that two tiles are in flight while one is computed.
+_NV = rows(HALF, {d: T(block_m=16, block_n=32, threads=32, stages=3) for d in (32, 64, 96, 128)}) | rows(
+    HALF, {256: T(block_m=16, block_n=16, threads=32, stages=3)}) | rows(
+    F32, {d: T(block_m=16, block_n=16, threads=32, stages=3) for d in (32, 64, 96, 128)}) | rows(
+    F32, {256: T(block_m=16, block_n=16, threads=32, stages=2)})
 _NV_WIDE = {key: replace(tile, block_m=64, threads=128) for key, tile in _NV.items()}
-# 64 KiB of LDS per CU: 4-wave workgroups of 64 packed rows with 16-key tiles keep two workgroups (two waves per
-# SIMD) on a CU where their Q, K and V tiles fit twice (16-bit d <= 128, float32 d <= 64).
-_AMD = rows(HALF + F32, {d: T(block_m=64, block_n=16, threads=256) for d in HEAD_DIMS})
+# 64 KiB of LDS per CU, synchronous copies on HIP (one buffer): 4-wave workgroups of 64 packed rows with 16-key
+# tiles keep two workgroups (two waves per SIMD) on a CU where their tiles fit twice (16-bit d <= 128, float32
+# d <= 64); float32 d = 256 takes one wave of 16 rows.
+_AMD = rows(HALF + F32, {d: T(block_m=64, block_n=16, threads=256) for d in HEAD_DIMS}) | rows(
+    F32, {256: T(block_m=16, block_n=16, threads=64)})
 _AMD_NO_BF16 = {key: tile for key, tile in _AMD.items() if key[0] != "bfloat16"}
 
 DECODE_TILES: dict[str, tuple[Rows, ...]] = {
@@ -42,9 +46,9 @@ DECODE_TILES: dict[str, tuple[Rows, ...]] = {
 }
 HELPER_THREADS = 256  # append and combine kernels
 COMBINE_ROW_LANES = 16
-MAX_SPLITS = 128
+MAX_SPLITS = 256
 MAX_QUERIES = 16  # attention calls with at most this many query rows (not causal) run as decoding
-SPLIT_BLOCKS_PER_SM = 4  # automatic splits: enough blocks for this many per multiprocessor
+SPLIT_BLOCKS_PER_SM = 8  # automatic splits: enough blocks for this many per multiprocessor
 
 DecodeParams = struct_from_header("pa_decode_params.cuh", "PaDecodeParams")
 
@@ -71,15 +75,18 @@ class DecodeSpec(KernelSpec):
         return self.FILES[self.stage][1]
 
     def family_defines(self) -> dict[str, int]:
+        if self.stage == "attend":
+            return {"PA_STAGES": self.tile.stages}
         return {"PA_ROW_LANES": self.tile.row_lanes} if self.stage == "combine" else {}
 
     @property
     def smem_bytes(self) -> int:
-        """attend: the packed Q tile, one K and one V tile, rows padded by 16 bytes; append, combine: none."""
+        """attend: the packed Q tile and ``stages`` K and V tiles, rows padded by 16 bytes; append, combine: none."""
         if self.stage != "attend":
             return 0
         size = 4 if self.dtype == "float32" else 2
-        return size * (self.tile.block_m + 2 * self.tile.block_n) * (self.head_dim + 16 // size)
+        t = self.tile
+        return size * (t.block_m + 2 * t.stages * t.block_n) * (self.head_dim + 16 // size)
 
 
 @dataclass(frozen=True)
@@ -98,17 +105,31 @@ def select(target: Target, dtype: str, head_dim: int, packed_rows: int = 1) -> D
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head dim {head_dim} is not supported; supported: {', '.join(map(str, HEAD_DIMS))}")
     tables = DECODE_TILES.get(fam, ())
-    candidates = [t[(dtype, head_dim)] for t in tables if (dtype, head_dim) in t]
+    candidates = [DecodeSpec("mma", dtype, head_dim, t[(dtype, head_dim)], target.lanes, target.emulated)
+                  for t in tables if (dtype, head_dim) in t]
     if not candidates:
         raise NotImplementedError(f"{dtype} decoding has no kernel for {target.tuning_arch} at head dim {head_dim} yet")
-    tile = next((t for t in candidates if t.block_m >= packed_rows), candidates[-1])
-    attend = DecodeSpec("mma", dtype, head_dim, tile, target.lanes, target.emulated)
+    fitting = [c for c in candidates if _fits(c, target)]
+    if not fitting:
+        candidates[0].check_fits(target)  # raises, naming the shared memory it needs
+    attend = next((c for c in fitting if c.tile.block_m >= packed_rows), fitting[-1])
     helper = T(block_m=HELPER_THREADS // COMBINE_ROW_LANES, block_n=0, threads=HELPER_THREADS,
                row_lanes=COMBINE_ROW_LANES)
-    plan = DecodePlan(replace(attend, tile=helper, stage="append"), attend,
+    return DecodePlan(replace(attend, tile=helper, stage="append"), attend,
                       replace(attend, tile=helper, stage="combine"))
-    attend.check_fits(target)
-    return plan
+
+
+def _fits(spec: DecodeSpec, target: Target) -> bool:
+    try:
+        spec.check_fits(target)
+    except UnsupportedTargetError:
+        return False
+    return True
+
+
+def serves(target: Target, dtype: object, head_dim: int) -> bool:
+    """Whether the decode tables have a tile for ``dtype`` and ``head_dim`` on ``target`` (no variant is built)."""
+    return any((dtype_name(dtype), head_dim) in t for t in DECODE_TILES.get(target.family, ()))
 
 
 def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
@@ -126,7 +147,7 @@ def shipped_variants(target: Target) -> list[DecodeSpec]:
         for dt, d in table:
             plan = select(target, dt, d, table[(dt, d)].block_m)
             specs += [s for s in (plan.append, plan.attend, plan.combine) if s not in specs]
-    return specs
+    return specs  # a tile that does not fit the target gives way to one that does (select)
 
 
 def splits(target: Target, base_blocks: int, keys: int, block_n: int) -> int:

@@ -25,7 +25,7 @@ from typing import Any, Optional, Tuple, Union
 import torch
 
 from ..kernels import backward, decode, forward
-from ..kernels.variant import forced_kernel
+from ..kernels.variant import forced_kernel, launch_target
 from .support import gpu_problem, options_problem, qkv_problem, sdpa_problem
 
 
@@ -61,7 +61,8 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     # The kernels store pairs of elements: an output with unaligned rows is written through a temporary.
     dest = out if _in_kernel_layout(out) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
     q, k, v = _kernel_layout(q), _kernel_layout(k), _kernel_layout(v)
-    if not causal and q.shape[2] <= decode.MAX_QUERIES and forced_kernel() is None:  # a few query rows: decoding
+    if (not causal and q.shape[2] <= decode.MAX_QUERIES and forced_kernel() is None
+            and decode.serves(launch_target(q.device), q.dtype, q.shape[3])):  # a few query rows: decoding
         decode.run(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dest.transpose(1, 2), lse,
                    _lengths(q.shape[0], k.shape[2], q.device), None, None, None, False, scale, 0, k.shape[2])
     else:
