@@ -162,13 +162,50 @@ def _strides_bnh(t: torch.Tensor) -> tuple[int, int, int]:
     return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
 
 
+_plans: dict[tuple, tuple[list[loader.Launch], tuple[int, ...] | None]] = {}
+
+
 def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
         cache_seqlens: torch.Tensor, k_new: torch.Tensor | None, v_new: torch.Tensor | None,
         block_table: torch.Tensor | None, causal: bool, scale: float, num_splits: int, max_keys: int | None) -> None:
     """Append (when k_new is given), attend and combine on ``q``'s device and torch's current stream. Inputs are
     validated, in kernel layouts (unit stride along the head dim, 16-byte aligned rows), ``scale >= 0``;
-    ``cache_seqlens`` is int32 on the device; ``max_keys`` bounds the keys of any sequence when the caller knows it."""
+    ``cache_seqlens`` is int32 on the device; ``max_keys`` bounds the keys of any sequence when the caller knows it.
+    The launch state of a call signature is made once."""
     target = launch_target(q.device)
+    key = (target, q.device.index, q.dtype, q.shape, q.stride(), k_cache.shape, k_cache.stride(), v_cache.stride(),
+           out.stride(),
+           lse is None, None if k_new is None else (k_new.shape, k_new.stride(), v_new.stride()),
+           None if block_table is None else block_table.shape, causal, num_splits, max_keys)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _plan(q, k_cache, v_cache, out, k_new, v_new, block_table, causal, num_splits,
+                                   max_keys, target)
+    launches, part_shape = plan
+    o_part = lse_part = None
+    if part_shape is not None:
+        o_part = torch.empty(part_shape, dtype=torch.float32, device=q.device)
+        lse_part = torch.empty(part_shape[:-1], dtype=torch.float32, device=q.device)
+    p = type(launches[0].params).from_buffer_copy(launches[0].params)
+    p.q, p.k, p.v, p.o = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
+    p.lse = lse.data_ptr() if lse is not None else None
+    p.o_part = o_part.data_ptr() if o_part is not None else None
+    p.lse_part = lse_part.data_ptr() if lse_part is not None else None
+    p.k_new = k_new.data_ptr() if k_new is not None else None
+    p.v_new = v_new.data_ptr() if v_new is not None else None
+    p.cache_seqlens = cache_seqlens.data_ptr()
+    p.block_table = block_table.data_ptr() if block_table is not None else None
+    p.scale_log2 = scale * 1.4426950408889634
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    for launch in launches:
+        loader.launch(target, launch.fn, launch.grid, launch.threads, launch.smem_bytes, p, stream)
+
+
+def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, k_new: torch.Tensor | None,
+          v_new: torch.Tensor | None, block_table: torch.Tensor | None, causal: bool, num_splits: int,
+          max_keys: int | None, target: Target) -> tuple[list[loader.Launch], tuple[int, ...] | None]:
+    """The launches of one call signature (sharing one parameter struct, pointers unset) and the shape of the
+    splits' float32 partial outputs (None with one split)."""
     batch, seqlen_q, heads_q, head_dim = q.shape
     heads_kv = k_cache.shape[2]
     packed = heads_q // heads_kv * seqlen_q
@@ -182,22 +219,12 @@ def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torc
     per_split = -(-keys // max(1, min(n_splits, -(-keys // bn))))
     keys_per_split = -(-per_split // bn) * bn  # whole key tiles
     n_splits = -(-keys // keys_per_split)
-    o_part = lse_part = None
-    if n_splits > 1:
-        o_part = torch.empty((n_splits, batch, heads_q, seqlen_q, head_dim), dtype=torch.float32, device=q.device)
-        lse_part = torch.empty((n_splits, batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     p = DecodeParams(
-        q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=out.data_ptr(),
-        lse=lse.data_ptr() if lse is not None else None,
-        o_part=o_part.data_ptr() if o_part is not None else None,
-        lse_part=lse_part.data_ptr() if lse_part is not None else None,
-        k_new=k_new.data_ptr() if k_new is not None else None, v_new=v_new.data_ptr() if v_new is not None else None,
-        cache_seqlens=cache_seqlens.data_ptr(), block_table=block_table.data_ptr() if paged else None,
         batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q,
         seqlen_new=k_new.shape[1] if k_new is not None else 0, capacity=capacity,
         page_size=k_cache.shape[1] if paged else 0, max_pages=block_table.shape[1] if paged else 0,
-        num_pages=k_cache.shape[0] if paged else 0, causal=int(causal), scale_log2=scale * 1.4426950408889634,
-        row_blocks=row_blocks, num_splits=n_splits, keys_per_split=keys_per_split,
+        num_pages=k_cache.shape[0] if paged else 0, causal=int(causal), row_blocks=row_blocks, num_splits=n_splits,
+        keys_per_split=keys_per_split,
     )
     for name, t in (("q", q), ("k", k_cache), ("v", v_cache), ("o", out), ("kn", k_new), ("vn", v_new)):
         if t is None:
@@ -206,17 +233,18 @@ def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torc
         setattr(p, f"{name}_sb", sb)
         setattr(p, f"{name}_sn", sn)
         setattr(p, f"{name}_sh", sh)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
-    device = q.device.index
-    launches = []
+    grids = []
     if k_new is not None and k_new.shape[1] > 0:
         per_block = HELPER_THREADS // (head_dim * q.element_size() // 16)
-        launches.append((plan.append, -(-batch * k_new.shape[1] * heads_kv // per_block)))
-    launches.append((plan.attend, n_splits * row_blocks * batch * heads_kv))
+        grids.append((plan.append, -(-batch * k_new.shape[1] * heads_kv // per_block)))
+    grids.append((plan.attend, n_splits * row_blocks * batch * heads_kv))
     if n_splits > 1:
-        launches.append((plan.combine, -(-batch * heads_q * seqlen_q // plan.combine.tile.block_m)))
-    for spec, grid in launches:
+        grids.append((plan.combine, -(-batch * heads_q * seqlen_q // plan.combine.tile.block_m)))
+    launches = []
+    for spec, grid in grids:
         if grid >= 2**31:
             raise ValueError(f"problem too large: {grid} blocks for {spec.function} (must be < 2**31)")
-        fn = loader.kernel_function(spec, target, device)
-        loader.launch(target, fn, grid, spec.tile.threads, spec.smem_bytes, p, stream)
+        fn = loader.kernel_function(spec, target, q.device.index)
+        launches.append(loader.Launch(target, fn, grid, spec.tile.threads, spec.smem_bytes, p))
+    part = (n_splits, batch, heads_q, seqlen_q, head_dim) if n_splits > 1 else None
+    return launches, part

@@ -228,13 +228,27 @@ def _strides(t: torch.Tensor) -> tuple[int, int, int]:
     return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
 
 
+_launches: dict[tuple, loader.Launch] = {}
+
+
 def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
         causal: bool, scale: float) -> None:
     """Launch the forward on ``q``'s device and torch's current stream. Inputs are validated, non-empty, in a
-    layout the kernels read in place, and ``scale >= 0``."""
+    layout the kernels read in place, and ``scale >= 0``. The launch state of a call signature is made once."""
     target = launch_target(q.device)
+    hooks = OVERRIDES.get()
+    key = (target, q.device.index, q.dtype, q.shape, k.shape, q.stride(), k.stride(), v.stride(), out.stride(),
+           lse is None, causal, hooks, forced_kernel())
+    launch = _launches.get(key)
+    if launch is None:
+        launch = _launches[key] = _plan(q, k, v, out, lse, causal, target, hooks.tweak)
+    launch(torch.cuda.current_stream(q.device).cuda_stream, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
+           o=out.data_ptr(), lse=lse.data_ptr() if lse is not None else None, scale_log2=scale * 1.4426950408889634)
+
+
+def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
+          causal: bool, target: Target, tweak) -> loader.Launch:
     spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), q.shape[2])
-    tweak = OVERRIDES.get().tweak
     if tweak is not None:
         spec = tweak(spec)
     fn = loader.kernel_function(spec, target, q.device.index)
@@ -244,17 +258,12 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, ls
     items = num_m_blocks * batch * heads_q
     if items >= 2**31:
         raise ValueError(f"problem too large: {items} blocks (batch * heads * query blocks must be < 2**31)")
-    p = FwdParams(
-        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(),
-        lse=lse.data_ptr() if lse is not None else None,
-        batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-        causal=int(causal), scale_log2=scale * 1.4426950408889634, num_m_blocks=num_m_blocks,
-    )
+    p = FwdParams(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                  causal=int(causal), num_m_blocks=num_m_blocks)
     for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
         sb, sh, sn = _strides(t)
         setattr(p, f"{name}_sb", sb)
         setattr(p, f"{name}_sh", sh)
         setattr(p, f"{name}_sn", sn)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
-    loader.launch(target, fn, spec.grid_blocks(items, target.multiprocessors), spec.tile.threads, spec.smem_bytes, p,
-                  stream)
+    return loader.Launch(target, fn, spec.grid_blocks(items, target.multiprocessors), spec.tile.threads,
+                         spec.smem_bytes, p)

@@ -4,7 +4,8 @@ The path of one call, all of it in this file down to the kernel family's ``run``
 
     attention(q, k, v, ...)                 validate (support.py), no GPU work
       -> torch.ops.portattn.attention        the operator (attention_out with ``out=``): torch.compile and CUDA graphs
-                                             see one opaque call; its fake implementation gives the output's layout
+                                             see one opaque call; its fake implementation gives the output's layout.
+                                             Eager calls that need no gradient run its body directly (no dispatch).
         -> _forward_into                     empty shapes, the layout the kernels read, scale >= 0
           -> kernels.forward.run             target, variant, loaded function, parameters, launch (or
              kernels.decode.run              for at most decode.MAX_QUERIES query rows, not causal)
@@ -88,6 +89,11 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
                  return_lse: bool, deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     """Attention into a new tensor laid out like ``q``; returns ``(out, lse)``. ``deterministic`` applies to the
     backward."""
+    return _attention(q, k, v, causal, scale, return_lse)
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+               return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     out, lse = torch.empty_like(q), _new_lse(q, return_lse)
     _forward_into(q, k, v, out, lse if return_lse else None, causal, scale)
     return out, lse
@@ -233,10 +239,14 @@ def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
     if out is not None:
         lse = torch.ops.portattn.attention_out(q, k, v, out, causal, scale, return_lse)
         return (out, lse) if return_lse else out
-    if deterministic is None:
-        deterministic = torch.are_deterministic_algorithms_enabled()
-    needs_lse = return_lse or torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    out, lse = torch.ops.portattn.attention(q, k, v, causal, scale, needs_lse, deterministic)
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    # Eager inference on plain tensors (not fake or functional ones while tracing): the operator's body, no dispatch.
+    if not grad and type(q) is torch.Tensor and not torch.compiler.is_compiling():
+        out, lse = _attention(q, k, v, causal, scale, return_lse)
+    else:
+        if deterministic is None:
+            deterministic = torch.are_deterministic_algorithms_enabled()
+        out, lse = torch.ops.portattn.attention(q, k, v, causal, scale, True, deterministic)
     return (out, lse) if return_lse else out
 
 

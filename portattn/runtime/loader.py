@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from dataclasses import dataclass
 from typing import Any, Hashable
 
 from .backend import backend_for
@@ -34,3 +35,24 @@ def launch(target: Target, fn: Any, grid: int | tuple[int, int, int], threads: i
     """Launch ``fn`` with ``threads`` threads per block and one by-value parameter struct."""
     grid3 = (grid, 1, 1) if isinstance(grid, int) else grid
     backend_for(target.vendor).launch(fn, grid3, (threads, 1, 1), smem_bytes, params, stream_handle)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything of one launch that does not change between calls of the same signature (shapes, strides, dtype,
+    options): the function, grid, block, shared memory and a parameter struct whose per-call fields (pointers,
+    scale) the caller sets on a copy. Families keep these per signature so that a call does no lookup beyond one
+    dictionary access."""
+
+    target: Target
+    fn: Any
+    grid: int
+    threads: int
+    smem_bytes: int
+    params: ctypes.Structure
+
+    def __call__(self, stream_handle: int, **fields: Any) -> None:
+        params = type(self.params).from_buffer_copy(self.params)
+        for name, value in fields.items():
+            setattr(params, name, value)
+        launch(self.target, self.fn, self.grid, self.threads, self.smem_bytes, params, stream_handle)
