@@ -20,23 +20,27 @@ static_assert(D % RL == 0 && PA_THREADS % RL == 0 && RL <= PA_WARP_SIZE, "bad PA
 
 extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_decode_combine(const PaDecodeParams p) {
     const pa_i64 rows = (pa_i64)p.batch * p.heads_q * p.seqlen_q;
-    const pa_i64 row = (pa_i64)blockIdx.x * (PA_THREADS / RL) + threadIdx.x / RL;
+    const pa_i64 row_ = (pa_i64)blockIdx.x * (PA_THREADS / RL) + threadIdx.x / RL;
     const int lane = threadIdx.x % RL;
-    if (row >= rows) return;  // whole row groups leave together: no cross-lane operation follows for them
+    const pa_i64 row = row_ < rows ? row_ : rows - 1;  // every lane takes part in the reductions
 
+    // The splits' LSEs, spread over the row's lanes (independent loads in flight), then their maximum.
     float max_lse = pa_neg_inf();
     bool bad = false;  // a split saw bad indices (its LSE is NaN): so does the row
-    for (int s = 0; s < p.num_splits; ++s) {
+    for (int s = lane; s < p.num_splits; s += RL) {
         const float l = p.lse_part[s * rows + row];
         bad |= l != l;
         max_lse = fmaxf(max_lse, l);
     }
+    max_lse = pa_group_max<RL>(max_lse);
+    bad = pa_group_max<RL>(bad ? 1.f : 0.f) > 0.f;
     if (bad) max_lse = __int_as_float(0x7fc00000);
     float acc[PER_LANE];
 #pragma unroll
     for (int j = 0; j < PER_LANE; ++j) acc[j] = 0.f;
     float total = 0.f;
     if (max_lse != pa_neg_inf() && max_lse == max_lse) {
+#pragma unroll 4
         for (int s = 0; s < p.num_splits; ++s) {
             const float w = pa_exp2((p.lse_part[s * rows + row] - max_lse) * PA_LOG2E);
             total += w;
@@ -46,6 +50,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_decode_combine
         }
     }
     // A row that saw no key in any split: zeros and LSE -inf; NaN (bad indices) stays NaN.
+    if (row_ >= rows) return;
     const float inv = max_lse == max_lse ? (total > 0.f ? 1.f / total : 0.f) : max_lse;
     const int i = (int)(row % p.seqlen_q), h = (int)(row / p.seqlen_q % p.heads_q);
     const int b = (int)(row / p.seqlen_q / p.heads_q);

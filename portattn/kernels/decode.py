@@ -46,9 +46,9 @@ DECODE_TILES: dict[str, tuple[Rows, ...]] = {
 }
 HELPER_THREADS = 256  # append and combine kernels
 COMBINE_ROW_LANES = 16
-MAX_SPLITS = 256
+MAX_SPLITS = 128
 MAX_QUERIES = 16  # attention calls with at most this many query rows (not causal) run as decoding
-SPLIT_BLOCKS_PER_SM = 8  # automatic splits: enough blocks for this many per multiprocessor
+SPLIT_BLOCKS_PER_SM = 4  # automatic splits: enough blocks for this many per multiprocessor
 
 DecodeParams = struct_from_header("pa_decode_params.cuh", "PaDecodeParams")
 
