@@ -84,12 +84,16 @@ def min_waves_per_simd(spec, target: Target) -> int:
       (0 in the whole-CU count). No AMD GPU was available to measure whether smaller tiles are faster;
     - the backward's float32 simt kernels at d = 256: four float32 tiles of 8 rows take 33 KiB of LDS;
     - the decode kernel where its 64-row workgroup's Q, K and V tiles do not fit twice in LDS (16-bit d = 256,
-      float32 d >= 96)."""
+      float32 d >= 96); float32 d = 256 runs one-wave workgroups of 16 rows whose tiles (49 KiB) fit once per CU
+      (three times on gfx950's 160 KiB), so fewer waves than SIMDs are resident (0 in the whole-CU count): the decode
+      of that row is bound by LDS capacity on AMD. In every case registers must not limit below what LDS allows."""
     if isinstance(spec, DecodeSpec):
         # one 4-wave workgroup of 64 packed rows and 16-key tiles: two per CU where their tiles fit twice in LDS
         if spec.stage != "attend":
             return MIN_WAVES_PER_SIMD
-        return MIN_WAVES_PER_SIMD if 2 * spec.smem_bytes <= target.smem_per_multiprocessor else 1
+        slots = WAVE_SLOTS[target.family]
+        groups_by_lds = target.smem_per_multiprocessor // spec.smem_bytes
+        return min(MIN_WAVES_PER_SIMD, groups_by_lds * (spec.tile.threads // target.lanes) // slots.simds)
     if isinstance(spec, BwdSpec) and spec.stage != "prep":
         if spec.kernel == "mma":
             return 1 if spec.tile.threads >= 4 * target.lanes else 0
@@ -236,9 +240,11 @@ BF16_NATIVE = [(tc, arch) for tc, arch in MATRIX if arch == "gfx950"]
 @pytest.mark.parametrize("tc,arch", BF16_NATIVE, ids=[_id(tc, a) for tc, a in BF16_NATIVE])
 def test_bfloat16_uses_the_compilers_type_on_gfx950(tc, arch, cache):
     """Where the compiler has a bf16 type (every compiler that knows gfx950), the prelude converts through it:
-    gfx950's packed float -> bf16 conversion instruction appears in the bfloat16 matrix-unit variants."""
+    gfx950's packed float -> bf16 conversion instruction appears in the bfloat16 matrix-unit variants (all but the
+    decode's append kernel, which copies bf16 values without converting them)."""
     target = Target.for_arch(arch)
-    specs = [s for s in shipped_variants(target) if s.kernel == "mma" and s.dtype == "bfloat16"]
+    specs = [s for s in shipped_variants(target) if s.kernel == "mma" and s.dtype == "bfloat16"
+             and not (isinstance(s, DecodeSpec) and s.stage == "append")]
     assert specs
     for spec in specs:
         text = tc.disassemble(built(tc, arch, spec, cache).binary, arch)
