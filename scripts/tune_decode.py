@@ -1,7 +1,8 @@
 """Time the decode kernel for candidate tiles and split counts (one process, same inputs, CUDA graph replay, median).
 
     PYTHONPATH=. python3 scripts/tune_decode.py
-Each candidate replaces the sm90 bfloat16 d = 128 row of the narrow decode table and the automatic split target.
+Each candidate replaces the sm90 bfloat16 d = 128 row of the narrow decode table, the automatic split target and the
+split limit.
 """
 from __future__ import annotations
 
@@ -17,15 +18,13 @@ from portattn.runtime.target import target_for
 from portattn.tools.bench import _graph_us
 
 TILES = [
-    T(block_m=16, block_n=64, threads=32, stages=1),
-    T(block_m=16, block_n=64, threads=32, stages=2),
-    T(block_m=16, block_n=32, threads=32, stages=2),
     T(block_m=16, block_n=32, threads=32, stages=3),
-    T(block_m=16, block_n=128, threads=32, stages=2),
-    T(block_m=64, block_n=64, threads=128, stages=2),
+    T(block_m=16, block_n=64, threads=32, stages=2),
 ]
 BLOCKS_PER_SM = [4, 8, 16]
-SHAPES = [(32, 8, 1, 65536), (8, 1, 1, 65536), (32, 8, 32, 4096), (8, 1, 8, 4096)]
+MAX_SPLITS = [128, 256]
+SHAPES = [(32, 8, 1, 4096), (32, 8, 1, 65536), (8, 1, 1, 4096), (8, 1, 1, 65536), (32, 8, 8, 65536),
+          (32, 8, 32, 4096), (8, 1, 8, 4096)]
 
 
 def main() -> None:
@@ -38,10 +37,11 @@ def main() -> None:
         v = torch.randn_like(k)
         cases.append((f"{hq}:{hk} B={b} N={n}", q, k, v, torch.full((b,), n, dtype=torch.int32, device="cuda"),
                       2 * k.numel() * 2))
-    for tile, per_sm in itertools.product(TILES, BLOCKS_PER_SM):
+    for tile, per_sm, max_splits in itertools.product(TILES, BLOCKS_PER_SM, MAX_SPLITS):
         key = ("bfloat16", 128)
         decode.DECODE_TILES["sm90"] = ({**decode.DECODE_TILES["sm90"][0], key: tile}, decode.DECODE_TILES["sm90"][1])
         decode.SPLIT_BLOCKS_PER_SM = per_sm
+        decode.MAX_SPLITS = max_splits
         decode._plans.clear()
         spec = decode.select(target, "bfloat16", 128, 4).attend
         res = compile_kernel(spec, target).resources
@@ -49,8 +49,8 @@ def main() -> None:
         for name, q, k, v, lengths, nbytes in cases:
             us = _graph_us(lambda: portattn.attention_with_kvcache(q, k, v, cache_seqlens=lengths), 30)
             cells.append(f"{name}: {us:.1f} us {nbytes / us / 1e3:.0f} GB/s")
-        print(f"{spec.label} per_sm={per_sm} regs {res.registers} spill {res.spill_bytes} | " + " | ".join(cells),
-              flush=True)
+        head = f"{spec.label} per_sm={per_sm} max_splits={max_splits} regs {res.registers} spill {res.spill_bytes}"
+        print(head + " | " + " | ".join(cells), flush=True)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ struct PaDecodeParams {
     int row_blocks;      // ceil(G * Nq / PA_BLOCK_M)
     int num_splits;      // key splits per (sequence, head)
     int keys_per_split;  // a multiple of PA_BLOCK_N
+    int combine_groups;  // slots of the combine kernel that share a row (a power of two)
 };
 
 // Row `key` of the cache tensor `base` (strides sb, sn, sh) for sequence b and key/value head h_kv; a page outside

@@ -45,10 +45,13 @@ DECODE_TILES: dict[str, tuple[Rows, ...]] = {
     "cdna1": (_AMD_NO_BF16,), "cdna2": (_AMD,), "cdna3": (_AMD,), "cdna4": (_AMD,),
 }
 HELPER_THREADS = 256  # append and combine kernels
-COMBINE_ROW_LANES = 16
-MAX_SPLITS = 128
+COMBINE_ROW_LANES = 16  # lanes of a combine slot (HELPER_THREADS / COMBINE_ROW_LANES slots per block)
+COMBINE_SPLITS_PER_SLOT = 4  # the combine spreads a row's splits over enough slots for about this many each
+MAX_SPLITS = 256
 MAX_QUERIES = 16  # attention calls with at most this many query rows (not causal) run as decoding
-SPLIT_BLOCKS_PER_SM = 4  # automatic splits: enough blocks for this many per multiprocessor
+# Automatic splits: enough blocks for this many per multiprocessor (about four rounds of the blocks that fit at once
+# on an H100, so the last round's tail stays small; scripts/tune_decode.py).
+SPLIT_BLOCKS_PER_SM = 16
 
 DecodeParams = struct_from_header("pa_decode_params.cuh", "PaDecodeParams")
 
@@ -157,6 +160,12 @@ def splits(target: Target, base_blocks: int, keys: int, block_n: int) -> int:
     return max(1, min(wanted, -(-keys // block_n), MAX_SPLITS))
 
 
+def combine_groups(n_splits: int) -> int:
+    """Slots of the combine kernel that share one row: a power of two, at most a block's slots."""
+    wanted = -(-n_splits // COMBINE_SPLITS_PER_SLOT)
+    return min(HELPER_THREADS // COMBINE_ROW_LANES, 1 << max(0, wanted - 1).bit_length())
+
+
 def _strides_bnh(t: torch.Tensor) -> tuple[int, int, int]:
     """Element strides of a [B, N, H, D] tensor's dims 0..2 (a size-1 dim gets stride 0)."""
     return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
@@ -224,7 +233,7 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
         seqlen_new=k_new.shape[1] if k_new is not None else 0, capacity=capacity,
         page_size=k_cache.shape[1] if paged else 0, max_pages=block_table.shape[1] if paged else 0,
         num_pages=k_cache.shape[0] if paged else 0, causal=int(causal), row_blocks=row_blocks, num_splits=n_splits,
-        keys_per_split=keys_per_split,
+        keys_per_split=keys_per_split, combine_groups=combine_groups(n_splits),
     )
     for name, t in (("q", q), ("k", k_cache), ("v", v_cache), ("o", out), ("kn", k_new), ("vn", v_new)):
         if t is None:
@@ -239,7 +248,8 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
         grids.append((plan.append, -(-batch * k_new.shape[1] * heads_kv // per_block)))
     grids.append((plan.attend, n_splits * row_blocks * batch * heads_kv))
     if n_splits > 1:
-        grids.append((plan.combine, -(-batch * heads_q * seqlen_q // plan.combine.tile.block_m)))
+        rows_per_block = plan.combine.tile.block_m // p.combine_groups
+        grids.append((plan.combine, -(-batch * heads_q * seqlen_q // rows_per_block)))
     launches = []
     for spec, grid in grids:
         if grid >= 2**31:

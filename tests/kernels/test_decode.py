@@ -65,7 +65,7 @@ def check(got, ref, dtype, lse=None, ref_lse=None):
         assert relative_error(lse[finite], ref_lse[finite]) <= 1e-5
 
 
-@pytest.mark.parametrize("splits", [0, 1, 3])
+@pytest.mark.parametrize("splits", [0, 1, 3, 40])
 @pytest.mark.parametrize("nq", [1, 4, 16])
 @pytest.mark.parametrize("hq,hk", [(8, 8), (32, 8), (8, 1)])
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
