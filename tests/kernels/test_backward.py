@@ -41,9 +41,9 @@ def portattn_grads(q, k, v, dout, causal=False, scale=None, deterministic=None):
 
 
 # Allowed beyond twice SDPA's error. float32: the backward's delta = rowsum(dO * O) carries the rounding of the
-# forward's float32 output into dS (a few 1e-7 relative, times the row's length), which SDPA's more precise float32
-# forward does not have; measured up to 5e-6 relative to the largest gradient (SDPA: up to 1e-6).
-SLACK = {torch.float32: 5e-6, torch.float16: 1e-6, torch.bfloat16: 1e-6}
+# forward's float32 output (3xTF32, about 1e-6 relative) into dS, which SDPA's more precise float32 forward does not
+# have; measured up to 7.2e-6 relative to the largest gradient (SDPA: up to 1e-6).
+SLACK = {torch.float32: 1e-5, torch.float16: 1e-6, torch.bfloat16: 1e-6}
 # Without SDPA to compare with (scales SDPA does not take the same way, the LSE's gradient): errors relative to the
 # largest gradient. float32: as above, plus grouped-query sums over several heads (seen up to 1.3e-5).
 TOL = {torch.float32: 3e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
