@@ -32,10 +32,9 @@ from .support import gpu_problem, options_problem, qkv_problem, sdpa_problem
 
 def _in_kernel_layout(t: torch.Tensor) -> bool:
     """Whether the kernels can use ``t`` in place: unit stride along head_dim and 16-byte aligned rows."""
-    per_16_bytes = 16 // t.element_size()
-    return t.stride(3) == 1 and t.data_ptr() % 16 == 0 and all(
-        t.shape[i] == 1 or t.stride(i) % per_16_bytes == 0 for i in range(3)
-    )
+    stride, shape, per_16_bytes = t.stride(), t.shape, 16 // t.element_size()
+    return (stride[3] == 1 and t.data_ptr() % 16 == 0 and (shape[0] == 1 or stride[0] % per_16_bytes == 0)
+            and (shape[1] == 1 or stride[1] % per_16_bytes == 0) and (shape[2] == 1 or stride[2] % per_16_bytes == 0))
 
 
 def _kernel_layout(t: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,8 @@ in place, and attention covers all of them. Causal masks are aligned bottom-righ
 up to ``L - Nq + i`` for a sequence of L keys.
 
 The path of one call: ``attention_with_kvcache`` validates (no device sync) -> ``torch.ops.portattn.attention_with_
-kvcache`` (mutates the caches when appending; torch.compile and CUDA graphs see one call) -> ``kernels.decode.run``.
+kvcache`` (mutates the caches when appending; torch.compile and CUDA graphs see one call; eager calls on plain
+tensors run its body without dispatch) -> ``kernels.decode.run``.
 """
 # No ``from __future__ import annotations``: torch 2.4 infers the operator schemas from real annotations.
 import math
@@ -34,6 +35,13 @@ def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ca
                causal: bool, scale: float, num_splits: int, return_lse: bool,
                max_keys: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """Decode attention (see the module docstring); ``max_keys`` bounds the keys of any sequence (-1: unknown)."""
+    return _kvcache(q, k_cache, v_cache, cache_seqlens, k, v, block_table, causal, scale, num_splits, return_lse,
+                    max_keys)
+
+
+def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+             k: Optional[torch.Tensor], v: Optional[torch.Tensor], block_table: Optional[torch.Tensor], causal: bool,
+             scale: float, num_splits: int, return_lse: bool, max_keys: int) -> Tuple[torch.Tensor, torch.Tensor]:
     out, lse = torch.empty_like(q), _new_lse(q, return_lse)
     if q.numel() == 0:
         return out, lse
@@ -179,6 +187,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     elif cache_seqlens.device != q.device:
         cache_seqlens = cache_seqlens.to(q.device)
     scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
-    out, lse = torch.ops.portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k, v, block_table,
-                                                         causal, scale, num_splits, return_lse, max_keys)
+    # Eager calls on plain tensors (not fake or functional ones while tracing): the operator's body, no dispatch.
+    direct = type(q) is torch.Tensor and type(k_cache) is torch.Tensor and not torch.compiler.is_compiling()
+    op = _kvcache if direct else torch.ops.portattn.attention_with_kvcache
+    out, lse = op(q, k_cache, v_cache, cache_seqlens, k, v, block_table, causal, scale, num_splits, return_lse,
+                  max_keys)
     return (out, lse) if return_lse else out

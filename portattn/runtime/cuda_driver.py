@@ -66,6 +66,32 @@ class Function:
     name: str
     device_index: int
     smem_limit: int = _DEFAULT_SMEM_LIMIT  # dynamic shared memory a launch may use without raising the limit
+    address: int = 0  # the CUfunction and its primary context as integers, for the launch path
+    context: int = 0
+
+
+_launch_lib: ctypes.CDLL | None = None
+
+
+def _launch_entry_points() -> ctypes.CDLL:
+    """The driver's context and launch entry points through ctypes: a launch costs a C call instead of the bindings'
+    argument conversion. The library is the one cuda-bindings and torch have loaded already."""
+    global _launch_lib
+    if _launch_lib is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        ptr, uint = ctypes.c_void_p, ctypes.c_uint
+        for name, argtypes in (("cuCtxGetCurrent", [ctypes.POINTER(ptr)]), ("cuCtxPushCurrent_v2", [ptr]),
+                               ("cuCtxPopCurrent_v2", [ctypes.POINTER(ptr)]),
+                               ("cuLaunchKernel", [ptr, uint, uint, uint, uint, uint, uint, uint, ptr, ptr, ptr])):
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = argtypes, ctypes.c_int
+        _launch_lib = lib
+    return _launch_lib
+
+
+def _check_code(code: int, call: str) -> None:
+    if code:
+        _check((_driver().CUresult(code),), call)
 
 
 class Module:
@@ -80,7 +106,8 @@ class Module:
             static = _check(drv.cuFuncGetAttribute(drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn),
                             f"cuFuncGetAttribute({name})")
         # Without an opt-in, static + dynamic shared memory must stay within the default 48 KiB.
-        return Function(fn, name, self.device_index, _DEFAULT_SMEM_LIMIT - int(static))
+        return Function(fn, name, self.device_index, _DEFAULT_SMEM_LIMIT - int(static), int(fn),
+                        int(_primary_context(self.device_index)))
 
 
 def load(binary: bytes, device_index: int) -> Module:
@@ -92,16 +119,24 @@ def load(binary: bytes, device_index: int) -> Module:
 
 def launch(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
            params: ctypes.Structure, stream_handle: int) -> None:
-    """Launch ``fn`` with one by-value struct argument on the stream ``stream_handle``."""
-    drv = _driver()
-    with _Current(fn.device_index):
-        if smem_bytes > fn.smem_limit:
+    """Launch ``fn`` with one by-value struct argument on the stream ``stream_handle``, in the function's primary
+    context (made current for the launch when another one is)."""
+    if smem_bytes > fn.smem_limit:
+        drv = _driver()
+        with _Current(fn.device_index):
             attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             _check(drv.cuFuncSetAttribute(fn.handle, attr, smem_bytes), "cuFuncSetAttribute")
-            fn.smem_limit = smem_bytes
-        args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-        _check(
-            drv.cuLaunchKernel(fn.handle, *grid, *block, smem_bytes, drv.CUstream(stream_handle),
-                               ctypes.addressof(args), 0),
-            f"cuLaunchKernel({fn.name})",
-        )
+        fn.smem_limit = smem_bytes
+    lib = _launch_lib or _launch_entry_points()
+    current = ctypes.c_void_p()
+    _check_code(lib.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
+    pushed = current.value != fn.context
+    if pushed:
+        _check_code(lib.cuCtxPushCurrent_v2(fn.context), "cuCtxPushCurrent")
+    args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+    try:
+        code = lib.cuLaunchKernel(fn.address, *grid, *block, smem_bytes, stream_handle, ctypes.addressof(args), None)
+    finally:
+        if pushed:
+            _check_code(lib.cuCtxPopCurrent_v2(ctypes.byref(current)), "cuCtxPopCurrent")
+    _check_code(code, f"cuLaunchKernel({fn.name})")
