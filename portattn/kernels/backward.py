@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..errors import UnsupportedTargetError
 from ..runtime import loader
 from ..runtime.params import struct_from_header
 from ..runtime.target import Target
@@ -33,6 +32,7 @@ from .variant import (
     forced_kernel,
     launch_target,
     rows,
+    selects,
 )
 
 T = TileConfig
@@ -248,11 +248,7 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None)
 
 def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
     """Whether the tables give ``target`` a backward for ``dtype`` (a torch dtype or its name) and ``head_dim``."""
-    try:
-        select(target, dtype_name(dtype), head_dim)
-    except (NotImplementedError, UnsupportedTargetError, ValueError):
-        return False
-    return True
+    return selects(select, target, dtype, head_dim)
 
 
 def shipped_variants(target: Target) -> list[BwdSpec]:

@@ -135,14 +135,6 @@ def serves(target: Target, dtype: object, head_dim: int) -> bool:
     return any((dtype_name(dtype), head_dim) in t for t in DECODE_TILES.get(target.family, ()))
 
 
-def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
-    try:
-        select(target, dtype_name(dtype), head_dim)
-    except (NotImplementedError, UnsupportedTargetError, ValueError):
-        return False
-    return True
-
-
 def shipped_variants(target: Target) -> list[DecodeSpec]:
     """Every decode kernel portattn can use on ``target``."""
     specs: list[DecodeSpec] = []

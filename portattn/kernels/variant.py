@@ -156,3 +156,13 @@ def forced_kernel() -> str | None:
 def dtype_name(dtype: object) -> str:
     """The tables' name of a dtype: "float16" for ``torch.float16`` (a name is returned as it is)."""
     return str(dtype).removeprefix("torch.")
+
+
+def selects(select: Callable[[Target, str, int], object], target: Target, dtype: object, head_dim: int) -> bool:
+    """Whether a family's ``select`` finds a kernel for ``dtype`` (a torch dtype or its name) and ``head_dim`` on
+    ``target`` (no variant is built)."""
+    try:
+        select(target, dtype_name(dtype), head_dim)
+    except (NotImplementedError, UnsupportedTargetError, ValueError):
+        return False
+    return True

@@ -16,6 +16,7 @@ import torch
 
 from ..ops.attention import attention
 from .reference import reference_attention, reference_gradients, relative_error
+from .testing import capture_graph
 
 SDPA_BACKENDS = ("default", "flash", "cudnn", "efficient")  # "default": whatever SDPA picks itself
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -230,14 +231,7 @@ class DecodeRow:
 
 def _graph_us(fn: Callable[[], object], reps: int) -> float:
     """Median microseconds of one replay of a CUDA graph that captured ``fn`` (warmed up on a side stream)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    graph, _ = capture_graph(fn)
     return 1e3 * time_ms(graph.replay, reps, 3)
 
 

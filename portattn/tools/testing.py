@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
+
+import torch
 
 from ..kernels.forward import FwdSpec
 from ..kernels.variant import OVERRIDES, KernelSpec
@@ -51,3 +53,17 @@ def tweak_variant(tweak: Callable[[KernelSpec], KernelSpec]) -> Iterator[None]:
     as the planted wave32 bug of the sensitivity test."""
     with _overriding(tweak=tweak):
         yield
+
+
+def capture_graph(fn: Callable[[], Any]) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """A CUDA graph of one call of ``fn`` and the call's (static) result. ``fn`` runs once first on a side stream,
+    so that kernels are compiled and loaded before the capture."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = fn()
+    return graph, result

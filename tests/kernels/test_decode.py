@@ -9,6 +9,7 @@ import torch
 import portattn
 from portattn.kernels import decode
 from portattn.tools.reference import reference_attention, relative_error
+from portattn.tools.testing import capture_graph
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_target")]
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -202,14 +203,7 @@ def test_cuda_graph_replay_with_growing_lengths(gen):
         return portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, k=k_new, v=v_new,
                                                num_splits=4)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = step()
+    graph, static_out = capture_graph(step)
     for _ in range(3):
         seqlens += 1
         for t in (q, k_new, v_new):

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import portattn
 from portattn.tools.reference import reference_attention, reference_gradients, relative_error
+from portattn.tools.testing import capture_graph
 
 pytestmark = pytest.mark.gpu
 TOL = 1e-5
@@ -103,14 +104,7 @@ def test_cuda_graph_capture_and_replay(gen, layout, use_out):
     def step():
         return portattn.attention(q, k, v, causal=True, return_lse=True, out=buf)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()  # compiles and loads the kernel before the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out, static_lse = step()
+    graph, (static_out, static_lse) = capture_graph(step)
     assert not use_out or static_out is buf
     for _ in range(3):
         for t in (q, k, v):
@@ -186,14 +180,7 @@ def test_cuda_graph_training_step(gen):
         out = portattn.attention(q, k, v, causal=True)
         return torch.autograd.grad(out, (q, k, v), dout)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_grads = step()
+    graph, static_grads = capture_graph(step)
     for _ in range(3):
         with torch.no_grad():
             for t in (q, k, v, dout):
