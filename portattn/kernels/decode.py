@@ -180,8 +180,8 @@ def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torc
            None if block_table is None else block_table.shape, causal, num_splits, max_keys)
     plan = _plans.get(key)
     if plan is None:
-        plan = _plans[key] = _plan(q, k_cache, v_cache, out, k_new, v_new, block_table, causal, num_splits,
-                                   max_keys, target)
+        plan = loader.remember(_plans, key, _plan(q, k_cache, v_cache, out, k_new, v_new, block_table, causal,
+                                                  num_splits, max_keys, target))
     launches, part_shape = plan
     o_part = lse_part = None
     if part_shape is not None:

@@ -237,7 +237,7 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, ls
            lse is None, causal, hooks, forced_kernel())
     launch = _launches.get(key)
     if launch is None:
-        launch = _launches[key] = _plan(q, k, v, out, lse, causal, target, hooks.tweak)
+        launch = loader.remember(_launches, key, _plan(q, k, v, out, lse, causal, target, hooks.tweak))
     launch(torch.cuda.current_stream(q.device).cuda_stream, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
            o=out.data_ptr(), lse=lse.data_ptr() if lse is not None else None, scale_log2=scale * 1.4426950408889634)
 

@@ -37,6 +37,19 @@ def launch(target: Target, fn: Any, grid: int | tuple[int, int, int], threads: i
     backend_for(target.vendor).launch(fn, grid3, (threads, 1, 1), smem_bytes, params, stream_handle)
 
 
+SIGNATURES_KEPT = 4096  # launch states a family keeps; past this many its cache starts over
+
+
+def remember(cache: dict, key: Any, value: Any) -> Any:
+    """Store ``value`` under ``key`` in a family's cache of launch states and return it. A cache that reaches
+    SIGNATURES_KEPT entries is emptied first: calls whose shapes change every time (a key length growing token by
+    token) must not grow it without bound."""
+    if len(cache) >= SIGNATURES_KEPT:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 @dataclass(frozen=True)
 class Launch:
     """Everything of one launch that does not change between calls of the same signature (shapes, strides, dtype,
