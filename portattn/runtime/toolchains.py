@@ -256,9 +256,3 @@ def find_toolchain(which: str | None = None) -> Toolchain:
                             "(scripts/install-rocm-chroots.sh installs the Debian ones, as root)")
     system = [t for t in matching if t.root is None]
     return system[0] if system else matching[-1]
-
-
-def knowing(arch: str) -> list[Toolchain]:
-    """The usable toolchains whose compiler knows ``arch``."""
-    return [t for t in all_toolchains() if t.missing() is None and arch in t.supported_archs()]
-
