@@ -1,26 +1,40 @@
 // Launch parameters of the forward kernels. The host's mirror is generated from this struct
 // (portattn/runtime/params.py), so the member types are limited to those it knows.
+//
+// Fixed-length batches: q [B, Hq, Nq, D], k and v [B, Hk, Nk, D], o like q, in element strides. Variable-length
+// (packed) batches: cu_seqlens_q / cu_seqlens_k give the first row of each sequence, the batch strides are 0 and
+// seqlen_q / seqlen_k are the longest sequence's lengths; sequence b has rows [cu[b], cu[b + 1]). Variable lengths,
+// windows with a left bound and the score modifiers need kernels compiled with PA_MASK_EXT.
 #pragma once
 
 #include "pa_mask.cuh"
 
 struct PaFwdParams {
-    const void* q;  // [B, Hq, Nq, D], element strides below, unit stride along D
-    const void* k;  // [B, Hk, Nk, D]
-    const void* v;  // [B, Hk, Nk, D]
-    void* o;        // [B, Hq, Nq, D]
-    float* lse;     // [B, Hq, Nq] contiguous, natural log; null when not requested
+    const void* q;              // unit stride along D (all tensors)
+    const void* k;
+    const void* v;
+    void* o;
+    float* lse;                 // natural log, unit stride along rows; null when not requested
+    const int* cu_seqlens_q;    // [B + 1] (varlen), or null
+    const int* cu_seqlens_k;    // [B + 1] (varlen), or null
+    const float* alibi_slopes;  // [B, Hq] (batch stride alibi_sb, 0 for [Hq]), or null
+    const void* mask;           // attention mask rows (mask_kind, pa_mask.cuh), unit stride along keys, or null
     pa_i64 q_sb, q_sh, q_sn;
     pa_i64 k_sb, k_sh, k_sn;
     pa_i64 v_sb, v_sh, v_sn;
     pa_i64 o_sb, o_sh, o_sn;
+    pa_i64 lse_sb, lse_sh;
+    pa_i64 mask_sb, mask_sh, mask_sn;
+    pa_i64 alibi_sb;
     int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
-    int causal;        // 1: key j is visible to query i only when j <= i (upper-left aligned)
-    float scale_log2;  // softmax scale times log2(e)
-    int num_m_blocks;  // ceil(seqlen_q / PA_BLOCK_M)
+    int bottom_right;                // 1: the diagonal is aligned bottom-right in each sequence (0: upper-left)
+    int window_left, window_right;   // keys visible around the diagonal (PaMask; PA_MASK_NONE: unbounded)
+    int mask_kind;                   // PA_MASK_BOOL, ... (pa_mask.cuh) when mask is set
+    float scale;                     // softmax scale (>= 0; the host makes it so)
+    float scale_log2;                // scale times log2(e)
+    float softcap;                   // > 0: logits are softcap tanh(scale s / softcap)
+    int num_m_blocks;                // ceil(seqlen_q / PA_BLOCK_M)
 };
-
-PA_DEVICE PaMask pa_fwd_mask(const PaFwdParams& p) { return PaMask{p.seqlen_k, p.causal, 0}; }
 
 // The (batch, head), key/value head and first query row of work item `work` (PA_BLOCK_M query rows of one head;
 // by default the block's own, one item per block). Consecutive items are the query blocks of one (batch, head), so

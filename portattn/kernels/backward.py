@@ -21,6 +21,7 @@ import torch
 from ..runtime import loader
 from ..runtime.params import struct_from_header
 from ..runtime.target import Target
+from .masking import Masking, set_mask_fields
 from .variant import (
     DTYPES,
     HALF,
@@ -219,9 +220,11 @@ TABLES: dict[str, tuple[dict[str, Rows], dict[str, Rows]]] = {
 }
 
 
-def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None) -> BwdPlan:
+def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
+           mask_ext: bool = False) -> BwdPlan:
     """The backward kernels for ``dtype`` and ``head_dim`` on ``target``; ``kernel`` ("mma" or "simt") asks for one
-    implementation."""
+    implementation, ``mask_ext`` the extended-mask builds of the dK/dV and dQ kernels (the first kernel is the
+    same)."""
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -237,9 +240,9 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None)
                                   f"{head_dim} yet")
     dkdv_rows, dq_rows = TABLES[chosen]
     prep_tile = T(block_m=PREP_THREADS // PREP_ROW_LANES, block_n=0, threads=PREP_THREADS, row_lanes=PREP_ROW_LANES)
-    base = BwdSpec(chosen, dtype, head_dim, dkdv_rows[fam][key], target.lanes, target.emulated)
+    base = BwdSpec(chosen, dtype, head_dim, dkdv_rows[fam][key], target.lanes, target.emulated, mask_ext)
     # The first kernel is the same for both implementations (it reads the input type, so it is built as "mma").
-    plan = BwdPlan(replace(base, kernel="mma", tile=prep_tile, stage="prep"), base,
+    plan = BwdPlan(replace(base, kernel="mma", tile=prep_tile, stage="prep", mask_ext=False), base,
                    replace(base, tile=dq_rows[fam][key], stage="dq"))
     for spec in plan.specs:
         spec.check_fits(target)
@@ -252,14 +255,15 @@ def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
 
 
 def shipped_variants(target: Target) -> list[BwdSpec]:
-    """Every backward kernel portattn can use on ``target``."""
+    """Every backward kernel portattn can use on ``target``, plain and with the extended masks."""
     fam = target.family
     specs: list[BwdSpec] = []
-    for kernel, (dkdv_rows, _) in TABLES.items():
-        for dt in DTYPES:
-            for d in HEAD_DIMS:
-                if (dt, d) in dkdv_rows.get(fam, {}):
-                    specs += [s for s in select(target, dt, d, kernel).specs if s not in specs]
+    for mask_ext in (False, True):
+        for kernel, (dkdv_rows, _) in TABLES.items():
+            for dt in DTYPES:
+                for d in HEAD_DIMS:
+                    if (dt, d) in dkdv_rows.get(fam, {}):
+                        specs += [s for s in select(target, dt, d, kernel, mask_ext).specs if s not in specs]
     return specs
 
 
@@ -269,16 +273,20 @@ def _strides(t: torch.Tensor) -> tuple[int, int, int]:
 
 
 def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-        grad_lse: torch.Tensor | None, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool,
-        scale: float, deterministic: bool) -> None:
+        grad_lse: torch.Tensor | None, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, scale: float,
+        deterministic: bool, masking: Masking) -> None:
     """Launch the backward on ``q``'s device and torch's current stream: dq, dk, dv receive the gradients. Inputs are
-    validated, non-empty, in a layout the kernels read in place, and ``scale >= 0``; lse is the forward's, and
-    grad_lse (float32, contiguous, or None) the gradient that reaches it."""
+    validated, non-empty, in a layout the kernels read in place, and ``scale >= 0``; lse is the forward's (contiguous,
+    [batch, heads_q, seq_q], or [heads_q, total_q] for packed sequences, whose tensors are [1, heads, total, d]
+    views as in ``forward.run``), and grad_lse (float32, contiguous like lse, or None) the gradient that reaches it."""
     target = launch_target(q.device)
-    plan = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel())
+    plan = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended)
     batch, heads_q, seqlen_q, head_dim = q.shape
     _, heads_kv, seqlen_k, _ = k.shape
-    delta = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    rows_shape = (batch, heads_q, seqlen_q)  # the row arrays: per packed row for variable lengths
+    if masking.varlen:
+        batch, seqlen_q, seqlen_k = masking.cu_seqlens_q.shape[0] - 1, masking.max_seqlen_q, masking.max_seqlen_k
+    delta = torch.empty(rows_shape, dtype=torch.float32, device=q.device)
     lse_log2 = torch.empty_like(delta)
     dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=q.device)
     num_m_blocks = -(-seqlen_q // plan.dq.tile.block_m)
@@ -288,10 +296,12 @@ def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
         lse_log2=lse_log2.data_ptr(), delta=delta.data_ptr(),
         dq_accum=dq_accum.data_ptr() if dq_accum is not None else None,
         dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
-        batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k, causal=int(causal),
-        scale=scale, scale_log2=scale * 1.4426950408889634, num_m_blocks=num_m_blocks, num_n_blocks=num_n_blocks,
-        dq_atomic=int(not deterministic),
+        batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+        total_q=rows_shape[2], bottom_right=int(masking.bottom_right), window_left=masking.left,
+        window_right=masking.right, scale=scale, scale_log2=scale * 1.4426950408889634, softcap=masking.softcap,
+        num_m_blocks=num_m_blocks, num_n_blocks=num_n_blocks, dq_atomic=int(not deterministic),
     )
+    set_mask_fields(p, masking)
     for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("do", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
         sb, sh, sn = _strides(t)
         setattr(p, f"{name}_sb", sb)
@@ -300,7 +310,7 @@ def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     stream = torch.cuda.current_stream(q.device).cuda_stream
     device = q.device.index
     grids = {
-        "prep": -(-batch * heads_q * seqlen_q // plan.prep.tile.block_m),
+        "prep": -(-rows_shape[0] * heads_q * rows_shape[2] // plan.prep.tile.block_m),
         "dkdv": num_n_blocks * plan.dkdv.tile.split * batch * heads_kv,
         "dq": num_m_blocks * plan.dq.tile.split * batch * heads_q,
     }

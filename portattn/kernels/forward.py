@@ -17,6 +17,7 @@ import torch
 from ..runtime import loader
 from ..runtime.params import struct_from_header
 from ..runtime.target import Target
+from .masking import CAUSAL, PLAIN, Masking, ptr, set_mask_fields
 from .variant import (
     DTYPES,
     HALF,
@@ -127,6 +128,23 @@ MMA_TILES_SHORT: dict[str, Rows] = {
     "sm90": rows(HALF, {128: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True, persistent=True)}),
 }
 
+# Extended masks (PA_MASK_EXT: variable lengths, windows, softcap, ALiBi, mask tensors): matrix-unit rows that
+# differ from the others. The per-element masking and score modifiers hold more registers: the rows at the register
+# limit take a tile with fewer rows per wave or one block per SM instead of spilling.
+_NV_MMA_EXT = rows(HALF, {
+    96: T(block_m=64, block_n=64, threads=128),
+    128: T(block_m=64, block_n=64, threads=128),
+    256: T(block_m=64, block_n=32, threads=128),
+})
+MMA_TILES_EXT: dict[str, Rows] = {
+    "sm80": _NV_MMA_EXT,
+    "sm86": _NV_MMA_EXT,
+    "sm90": _NV_MMA_EXT | rows(HALF, {
+        64: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True),
+        128: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True),
+    }),
+}
+
 FwdParams = struct_from_header("pa_fwd_params.cuh", "PaFwdParams")
 
 
@@ -171,10 +189,11 @@ class FwdSpec(KernelSpec):
 
 
 def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
-           seqlen_q: int | None = None) -> FwdSpec:
+           seqlen_q: int | None = None, mask_ext: bool = False) -> FwdSpec:
     """The forward variant for ``dtype`` and ``head_dim`` on ``target``: the matrix-unit kernel where the tables
     have a row for it, else the simt kernel; ``kernel`` ("mma" or "simt") asks for one of them. ``seqlen_q`` (query
-    rows) picks the short-sequence row of MMA_TILES_SHORT where there is one."""
+    rows) picks the short-sequence row of MMA_TILES_SHORT where there is one; ``mask_ext`` the extended-mask build
+    (its row of MMA_TILES_EXT where there is one)."""
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -189,9 +208,11 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
         raise NotImplementedError(f"{dtype} attention has no {which} for {target.tuning_arch} at head dim "
                                   f"{head_dim} yet")
     tile = TABLES[chosen][fam][key]
-    if chosen == "mma" and seqlen_q is not None and seqlen_q <= SHORT_SEQLEN:
+    if chosen == "mma" and mask_ext:
+        tile = MMA_TILES_EXT.get(fam, {}).get(key, tile)
+    elif chosen == "mma" and seqlen_q is not None and seqlen_q <= SHORT_SEQLEN:
         tile = MMA_TILES_SHORT.get(fam, {}).get(key, tile)
-    spec = FwdSpec(chosen, dtype, head_dim, tile, target.lanes, target.emulated)
+    spec = FwdSpec(chosen, dtype, head_dim, tile, target.lanes, target.emulated, mask_ext)
     spec.check_fits(target)
     return spec
 
@@ -204,12 +225,14 @@ def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
 
 def shipped_variants(target: Target) -> list[FwdSpec]:
     """Every forward variant portattn can use on ``target``: each table row of the matrix-unit and simt kernels,
-    then the short-sequence rows."""
+    then the short-sequence rows, then the extended-mask builds of the long-sequence rows."""
     fam = target.family
     keys = [(dt, d) for dt in DTYPES for d in HEAD_DIMS]
-    specs = [select(target, dt, d, k) for k in ("mma", "simt") for dt, d in keys if (dt, d) in TABLES[k][fam]]
+    pairs = [(k, dt, d) for k in ("mma", "simt") for dt, d in keys if (dt, d) in TABLES[k][fam]]
+    specs = [select(target, dt, d, k) for k, dt, d in pairs]
     short = [select(target, dt, d, "mma", SHORT_SEQLEN) for dt, d in keys if (dt, d) in MMA_TILES_SHORT.get(fam, {})]
-    return specs + [s for s in short if s not in specs]
+    ext = [select(target, dt, d, k, mask_ext=True) for k, dt, d in pairs]
+    return specs + [s for s in short if s not in specs] + ext
 
 
 def is_short_only(spec: KernelSpec, target: Target) -> bool:
@@ -228,38 +251,53 @@ _launches: dict[tuple, loader.Launch] = {}
 
 
 def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
-        causal: bool, scale: float) -> None:
+        scale: float, masking: Masking) -> None:
     """Launch the forward on ``q``'s device and torch's current stream. Inputs are validated, non-empty, in a
-    layout the kernels read in place, and ``scale >= 0``. The launch state of a call signature is made once."""
+    layout the kernels read in place, and ``scale >= 0``. q, k, v and out are [batch, heads, seq, head_dim] views;
+    with ``masking.varlen`` their batch is 1 and seq the packed rows of all sequences, and ``lse`` is
+    [heads_q, total_q] (else [batch, heads_q, seq_q]). The launch state of a call signature is made once."""
     target = launch_target(q.device)
     hooks = OVERRIDES.get()
     key = (target, q.device.index, q.dtype, q.shape, k.shape, q.stride(), k.stride(), v.stride(), out.stride(),
-           lse is None, causal, hooks, forced_kernel())
+           lse is None, masking.key, hooks, forced_kernel())
     launch = _launches.get(key)
     if launch is None:
-        launch = loader.remember(_launches, key, _plan(q, k, v, out, lse, causal, target, hooks.tweak))
+        launch = loader.remember(_launches, key, _plan(q, k, v, out, lse, masking, target, hooks.tweak))
+    fields = {}
+    if masking is not PLAIN and masking is not CAUSAL:  # the tensors of this call
+        fields = {"softcap": masking.softcap, "cu_seqlens_q": ptr(masking.cu_seqlens_q),
+                  "cu_seqlens_k": ptr(masking.cu_seqlens_k), "alibi_slopes": ptr(masking.alibi),
+                  "mask": ptr(masking.mask)}
     launch(torch.cuda.current_stream(q.device).cuda_stream, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
-           o=out.data_ptr(), lse=lse.data_ptr() if lse is not None else None, scale_log2=scale * 1.4426950408889634)
+           o=out.data_ptr(), lse=lse.data_ptr() if lse is not None else None, scale=scale,
+           scale_log2=scale * 1.4426950408889634, **fields)
 
 
 def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
-          causal: bool, target: Target, tweak) -> loader.Launch:
-    spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), q.shape[2])
+          masking: Masking, target: Target, tweak) -> loader.Launch:
+    seqlen_q, seqlen_k = q.shape[2], k.shape[2]
+    batch = q.shape[0]
+    if masking.varlen:
+        batch, seqlen_q, seqlen_k = masking.cu_seqlens_q.shape[0] - 1, masking.max_seqlen_q, masking.max_seqlen_k
+    spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), seqlen_q, masking.extended)
     if tweak is not None:
         spec = tweak(spec)
     fn = loader.kernel_function(spec, target, q.device.index)
-    batch, heads_q, seqlen_q, _ = q.shape
-    _, heads_kv, seqlen_k, _ = k.shape
+    heads_q, heads_kv = q.shape[1], k.shape[1]
     num_m_blocks = -(-seqlen_q // spec.tile.block_m)
     items = num_m_blocks * batch * heads_q
     if items >= 2**31:
         raise ValueError(f"problem too large: {items} blocks (batch * heads * query blocks must be < 2**31)")
     p = FwdParams(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-                  causal=int(causal), num_m_blocks=num_m_blocks)
+                  bottom_right=int(masking.bottom_right), window_left=masking.left, window_right=masking.right,
+                  num_m_blocks=num_m_blocks)
     for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
         sb, sh, sn = _strides(t)
         setattr(p, f"{name}_sb", sb)
         setattr(p, f"{name}_sh", sh)
         setattr(p, f"{name}_sn", sn)
+    if lse is not None:
+        p.lse_sb, p.lse_sh = (0, lse.stride(0)) if masking.varlen else (lse.stride(0), lse.stride(1))
+    set_mask_fields(p, masking)
     return loader.Launch(target, fn, spec.grid_blocks(items, target.multiprocessors), spec.tile.threads,
                          spec.smem_bytes, p)

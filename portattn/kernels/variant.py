@@ -59,6 +59,7 @@ class KernelSpec:
     tile: TileConfig
     lanes: int
     emulated: bool = False  # wave64 emulation on NVIDIA (verification mode)
+    mask_ext: bool = False  # windows, variable lengths, softcap, ALiBi, mask tensors (PA_MASK_EXT)
     test_defines: tuple[tuple[str, int], ...] = ()  # set only by portattn.testing
 
     KERNELS: ClassVar[dict[str, tuple[str, str]]] = {}
@@ -96,6 +97,8 @@ class KernelSpec:
             defines["PA_BF16"] = 1
         if self.dtype == "float32" and self.kernel == "mma":
             defines["PA_F32"] = 1
+        if self.mask_ext:
+            defines["PA_MASK_EXT"] = 1
         return defines | self.family_defines() | dict(self.test_defines)
 
     @property
@@ -109,7 +112,7 @@ class KernelSpec:
     def label(self) -> str:
         t = self.tile
         lanes = f"{self.lanes}l" + ("-emulated" if self.emulated else "")
-        extra = [*t.options, *(f"{k}={v}" for k, v in self.test_defines)]
+        extra = [*t.options, *["ext masks"] * self.mask_ext, *(f"{k}={v}" for k, v in self.test_defines)]
         return f"{self.function}[d={self.head_dim},{t.block_m}x{t.block_n},{t.threads}t,{','.join([lanes, *extra])}]"
 
     def check_fits(self, target: Target) -> None:
