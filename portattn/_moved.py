@@ -1,5 +1,6 @@
-"""Module paths of earlier releases: ``portattn.testing`` keeps working (it is the same module as
-``portattn.tools.testing``); importing any other old path raises ModuleNotFoundError naming its new place."""
+"""Short module paths: ``portattn.testing`` (the same module as ``portattn.tools.testing``) and
+``portattn.flash_attn`` (``portattn.integrations.flash_attn``); importing an old path of an earlier release raises
+ModuleNotFoundError naming its new place."""
 from __future__ import annotations
 
 import importlib
@@ -8,7 +9,7 @@ import importlib.machinery
 import sys
 import types
 
-ALIASES = {"portattn.testing": "portattn.tools.testing"}
+ALIASES = {"portattn.testing": "portattn.tools.testing", "portattn.flash_attn": "portattn.integrations.flash_attn"}
 MOVED = {
     "portattn.api": "portattn.ops.attention",
     "portattn.forward": "portattn.kernels.forward",

@@ -8,7 +8,8 @@ before the patch (``from torch.nn.functional import scaled_dot_product_attention
 
 The decision is the rule of ``portattn.scaled_dot_product_attention`` (``ops/support.py``); each fallback is
 counted under the name of the first check that fails: ``arguments`` (arguments this router does not recognise),
-``ndim`` (not three 4-D strided tensors), ``attn_mask``, ``dropout``, ``gqa`` (head counts differ without
+``ndim`` (not three 4-D strided tensors), ``attn_mask`` (a mask portattn does not take: not boolean or of the
+query's dtype, not broadcastable, requiring grad, or given with ``is_causal``), ``dropout``, ``gqa`` (head counts differ without
 ``enable_gqa=True``, or do not divide), ``dtype`` (not a dtype portattn supports, or q/k/v differ), ``head_dim``,
 ``shape`` (batch or k/v shapes differ), ``device`` (not all on one GPU), ``empty`` (an input has no elements),
 ``target`` (portattn has no kernel for this GPU, dtype and head dim), ``backward`` (an input requires grad and
@@ -101,8 +102,9 @@ def _route(*args: object, **kwargs: object) -> torch.Tensor:
             stats.fallback_reasons[reason] += 1
     if reason is not None:
         return _original(*args, **kwargs)  # type: ignore[misc]
-    q, k, v, _, _, is_causal, scale, _ = _sdpa_args(*args, **kwargs)
-    return ops.call_op(q, k, v, is_causal, scale, False, None)
+    q, k, v, mask, _, is_causal, scale, _ = _sdpa_args(*args, **kwargs)
+    masks = ops.NO_MASKS if mask is None else ops.mask_args(q, k, False, "top-left", None, 0.0, None, mask)
+    return ops.call_op(q, k, v, is_causal, scale, False, None, None, masks)
 
 
 def enable_sdpa_patch() -> SdpaStats:

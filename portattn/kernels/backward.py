@@ -75,7 +75,7 @@ _NV_DKDV_SMALL_SMEM = _NV_DKDV | rows(HALF, {
     96: T(block_m=16, block_n=32, threads=64, split=2, stages=2),
     128: T(block_m=16, block_n=32, threads=64, split=2, stages=2),
 })
-_NV_DQ_SMALL_SMEM = _NV_DQ | rows(F32, {
+_NV_DQ_SMALL_SMEM = _NV_DQ | rows(HALF, {256: T(block_m=32, block_n=32, threads=64, split=2)}) | rows(F32, {
     96: T(block_m=32, block_n=32, threads=64, split=2),
     128: T(block_m=32, block_n=32, threads=64, split=2),
 })

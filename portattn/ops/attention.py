@@ -14,10 +14,14 @@ Training: ``portattn::attention`` is differentiable through autograd. Its backwa
 ``portattn::attention_backward`` (so AOTAutograd traces it too), which runs ``kernels.backward.run`` from the saved
 q, k, v, output and LSE; nothing of size N x N is kept.
 
-``portattn::attention(q, k, v, causal, scale, return_lse, deterministic) -> (out, lse)`` allocates its output;
-``portattn::attention_out(q, k, v, out, causal, scale, return_lse) -> lse`` writes into ``out`` (not
+``portattn::attention(q, k, v, causal, scale, return_lse, deterministic, masks..) -> (out, lse)`` allocates its
+output; ``portattn::attention_out(q, k, v, out, causal, scale, return_lse, masks..) -> lse`` writes into ``out`` (not
 differentiable). ``lse`` is float32 ``[batch, heads_q, seq_q]`` when ``return_lse`` is true (the API asks for it
-whenever a backward may follow), else an empty float32 tensor of shape ``[0]``.
+whenever a backward may follow), else an empty float32 tensor of shape ``[0]``. The mask arguments (``MaskArgs``,
+the same in every operator): ``bottom_right`` (align the diagonal bottom-right), ``window_left``/``window_right``
+(-1: unbounded), ``softcap`` (0: none), ``alibi_slopes``, ``attn_mask``, and for packed variable-length batches
+``cu_seqlens_q``/``cu_seqlens_k`` with ``max_seqlen_q``/``max_seqlen_k``: q, k, v, out are then 3-D
+``[total, heads, head_dim]`` and ``lse`` is ``[heads_q, total_q]``.
 """
 # No ``from __future__ import annotations``: torch 2.4 infers the operator schemas from real annotations.
 import math
@@ -26,8 +30,9 @@ from typing import Any, Optional, Tuple, Union
 import torch
 
 from ..kernels import backward, decode, forward
+from ..kernels.masking import CAUSAL, PLAIN, Masking, window_bounds
 from ..kernels.variant import forced_kernel, launch_target
-from .support import gpu_problem, options_problem, qkv_problem, sdpa_problem
+from .support import gpu_problem, mask_4d, mask_problem, options_problem, qkv_problem, sdpa_problem
 
 
 def _in_kernel_layout(t: torch.Tensor) -> bool:
@@ -43,14 +48,36 @@ def _kernel_layout(t: torch.Tensor) -> torch.Tensor:
 
 
 def _new_lse(q: torch.Tensor, return_lse: bool) -> torch.Tensor:
-    shape = q.shape[:3] if return_lse else (0,)
-    return torch.empty(shape, dtype=torch.float32, device=q.device)
+    shape = (q.shape[1], q.shape[0]) if q.dim() == 3 else q.shape[:3]  # packed sequences: [heads, total]
+    return torch.empty(shape if return_lse else (0,), dtype=torch.float32, device=q.device)
+
+
+# The mask arguments of the operators, after (q, k, v, [out,] causal, scale, return_lse, [deterministic]).
+MaskArgs = Tuple[bool, int, int, float, Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor],
+                 Optional[torch.Tensor], int, int]
+NO_MASKS: MaskArgs = (False, -1, -1, 0.0, None, None, None, None, 0, 0)
+
+
+def masking_for(causal: bool, masks: MaskArgs) -> Masking:
+    """The kernels' description of a call's causal flag and mask arguments."""
+    bottom_right, window_left, window_right, softcap, alibi, attn_mask, cu_q, cu_k, max_q, max_k = masks
+    if masks is NO_MASKS or masks == NO_MASKS:
+        return CAUSAL if causal else PLAIN
+    left, right = window_bounds(causal, (window_left, window_right))
+    return Masking(left, right, bottom_right, softcap, alibi, attn_mask, cu_q, cu_k, max_q, max_k)
+
+
+def _as_4d(t: torch.Tensor) -> torch.Tensor:
+    """A packed [total, heads, d] tensor as the kernels' [1, heads, total, d] view (4-D tensors unchanged)."""
+    return t.unsqueeze(0).transpose(1, 2) if t.dim() == 3 else t
 
 
 def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                  lse: Optional[torch.Tensor], causal: bool, scale: float) -> None:
+                  lse: Optional[torch.Tensor], causal: bool, scale: float, masks: MaskArgs = NO_MASKS) -> None:
     if q.numel() == 0:
         return
+    masking = masking_for(causal, masks)
+    q, k, v = _as_4d(q), _as_4d(k), _as_4d(v)
     if k.shape[2] == 0:  # no keys: an empty softmax, as the math reference computes it
         out.zero_()
         if lse is not None:
@@ -59,14 +86,16 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     if scale < 0:  # the kernels take scale >= 0: softmax((q k^T) scale) = softmax(((-q) k^T) (-scale))
         q, scale = -q, -scale
     # The kernels store pairs of elements: an output with unaligned rows is written through a temporary.
-    dest = out if _in_kernel_layout(out) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
+    dest = out if _in_kernel_layout(_as_4d(out)) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
     q, k, v = _kernel_layout(q), _kernel_layout(k), _kernel_layout(v)
-    if (not causal and q.shape[2] <= decode.MAX_QUERIES and forced_kernel() is None
+    decode_mask = masking is PLAIN or (masking.bottom_right and masking.causal and not masking.extended)
+    if (decode_mask and q.shape[2] <= decode.MAX_QUERIES and forced_kernel() is None
             and decode.serves(launch_target(q.device), q.dtype, q.shape[3])):  # a few query rows: decoding
-        decode.run(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dest.transpose(1, 2), lse,
-                   _lengths(q.shape[0], k.shape[2], q.device), None, None, None, False, scale, 0, k.shape[2])
+        decode.run(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), _as_4d(dest).transpose(1, 2), lse,
+                   _lengths(q.shape[0], k.shape[2], q.device), None, None, None, masking.causal, scale, 0,
+                   k.shape[2])
     else:
-        forward.run(q, k, v, dest, lse, causal, scale)
+        forward.run(q, k, v, _as_4d(dest), lse, scale, masking)
     if dest is not out:
         out.copy_(dest)
 
@@ -85,55 +114,63 @@ def _lengths(batch: int, keys: int, device: torch.device) -> torch.Tensor:
 
 @torch.library.custom_op("portattn::attention", mutates_args=(), device_types="cuda")
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                 return_lse: bool, deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                 return_lse: bool, deterministic: bool, bottom_right: bool, window_left: int, window_right: int,
+                 softcap: float, alibi_slopes: Optional[torch.Tensor], attn_mask: Optional[torch.Tensor],
+                 cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int,
+                 max_seqlen_k: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """Attention into a new tensor laid out like ``q``; returns ``(out, lse)``. ``deterministic`` applies to the
-    backward."""
-    return _attention(q, k, v, causal, scale, return_lse)
+    backward; the mask arguments are described in the module docstring."""
+    return _attention(q, k, v, causal, scale, return_lse, (bottom_right, window_left, window_right, softcap,
+                                                           alibi_slopes, attn_mask, cu_seqlens_q, cu_seqlens_k,
+                                                           max_seqlen_q, max_seqlen_k))
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-               return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+               return_lse: bool, masks: MaskArgs = NO_MASKS) -> Tuple[torch.Tensor, torch.Tensor]:
     out, lse = torch.empty_like(q), _new_lse(q, return_lse)
-    _forward_into(q, k, v, out, lse if return_lse else None, causal, scale)
+    _forward_into(q, k, v, out, lse if return_lse else None, causal, scale, masks)
     return out, lse
 
 
 @attention_op.register_fake
 def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                    return_lse: bool, deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                    return_lse: bool, *args: Any) -> Tuple[torch.Tensor, torch.Tensor]:
     return torch.empty_like(q), _new_lse(q, return_lse)
 
 
 def _backward_into(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                    lse: torch.Tensor, grad_lse: Optional[torch.Tensor], causal: bool, scale: float,
-                   deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    q, k, v = _kernel_layout(q), _kernel_layout(k), _kernel_layout(v)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+                   deterministic: bool, masks: MaskArgs) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     if q.numel() == 0 or k.numel() == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
+    q, k, v, dout, out = (_kernel_layout(_as_4d(t)) for t in (q, k, v, dout, out))
     negative = scale < 0  # run as the forward did: on -q with |scale|, and dq of -q is -dq
     if negative:
         q, scale = -q, -scale
     with torch.cuda.device(q.device):
-        backward.run(_kernel_layout(dout), q, k, v, _kernel_layout(out), lse.contiguous(),
-                     None if grad_lse is None else grad_lse.float().contiguous(), dq, dk, dv, causal, scale,
-                     deterministic)
+        backward.run(dout, q, k, v, out, lse.contiguous(), None if grad_lse is None else grad_lse.float().contiguous(),
+                     _as_4d(dq), _as_4d(dk), _as_4d(dv), scale, deterministic, masking_for(causal, masks))
     return (dq.neg_() if negative else dq), dk, dv
 
 
 @torch.library.custom_op("portattn::attention_backward", mutates_args=(), device_types="cuda")
 def attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                           lse: torch.Tensor, grad_lse: Optional[torch.Tensor], causal: bool, scale: float,
-                          deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                          deterministic: bool, bottom_right: bool, window_left: int, window_right: int,
+                          softcap: float, alibi_slopes: Optional[torch.Tensor], attn_mask: Optional[torch.Tensor],
+                          cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+                          max_seqlen_q: int, max_seqlen_k: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of ``portattn::attention`` with respect to q, k and v, from the forward's output and LSE (and the
     gradient of the LSE, when the LSE was used)."""
-    return _backward_into(dout, q, k, v, out, lse, grad_lse, causal, scale, deterministic)
+    return _backward_into(dout, q, k, v, out, lse, grad_lse, causal, scale, deterministic,
+                          (bottom_right, window_left, window_right, softcap, alibi_slopes, attn_mask, cu_seqlens_q,
+                           cu_seqlens_k, max_seqlen_q, max_seqlen_k))
 
 
 @attention_backward_op.register_fake
 def _attention_backward_fake(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                             out: torch.Tensor, lse: torch.Tensor, grad_lse: Optional[torch.Tensor], causal: bool,
-                             scale: float, deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                             out: torch.Tensor, *args: Any) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return (torch.empty(q.shape, dtype=q.dtype, device=q.device), torch.empty(k.shape, dtype=k.dtype, device=k.device),
             torch.empty(v.shape, dtype=v.dtype, device=v.device))
 
@@ -149,23 +186,31 @@ def _attention_backward_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
 attention_backward_op.register_autograd(_refuse_double_backward, setup_context=_attention_backward_setup)
 
 
+_SAVED = object()  # stands for a mask argument saved with the tensors
+
+
 def _attention_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
-    q, k, v, causal, scale, return_lse, deterministic = inputs
+    q, k, v, causal, scale, return_lse, deterministic = inputs[:7]
+    masks = inputs[7:]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    tensors = [t for t in masks if isinstance(t, torch.Tensor)]
+    ctx.save_for_backward(q, k, v, out, lse, *tensors)
+    ctx.masks = tuple(_SAVED if isinstance(t, torch.Tensor) else t for t in masks)
     ctx.causal, ctx.scale, ctx.deterministic, ctx.has_lse = causal, scale, deterministic, return_lse
 
 
 def _attention_grad(ctx: Any, grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor]) -> tuple:
-    q, k, v, out, lse = ctx.saved_tensors
+    q, k, v, out, lse, *tensors = ctx.saved_tensors
+    saved = iter(tensors)
+    masks = tuple(next(saved) if m is _SAVED else m for m in ctx.masks)
     if not ctx.has_lse:
         raise RuntimeError("portattn::attention was called with return_lse=False, so its backward has no LSE; "
                            "call it through portattn.attention, which asks for the LSE when a backward may follow")
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dq, dk, dv = torch.ops.portattn.attention_backward(grad_out, q, k, v, out, lse, grad_lse, ctx.causal, ctx.scale,
-                                                       ctx.deterministic)
-    return dq, dk, dv, None, None, None, None
+                                                       ctx.deterministic, *masks)
+    return (dq, dk, dv) + (None,) * (4 + len(NO_MASKS))
 
 
 attention_op.register_autograd(_attention_grad, setup_context=_attention_setup)
@@ -173,16 +218,21 @@ attention_op.register_autograd(_attention_grad, setup_context=_attention_setup)
 
 @torch.library.custom_op("portattn::attention_out", mutates_args=("out",), device_types="cuda")
 def attention_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool,
-                     scale: float, return_lse: bool) -> torch.Tensor:
+                     scale: float, return_lse: bool, bottom_right: bool, window_left: int, window_right: int,
+                     softcap: float, alibi_slopes: Optional[torch.Tensor], attn_mask: Optional[torch.Tensor],
+                     cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int,
+                     max_seqlen_k: int) -> torch.Tensor:
     """Attention written into ``out``; returns ``lse``."""
     lse = _new_lse(q, return_lse)
-    _forward_into(q, k, v, out, lse if return_lse else None, causal, scale)
+    _forward_into(q, k, v, out, lse if return_lse else None, causal, scale,
+                  (bottom_right, window_left, window_right, softcap, alibi_slopes, attn_mask, cu_seqlens_q,
+                   cu_seqlens_k, max_seqlen_q, max_seqlen_k))
     return lse
 
 
 @attention_out_op.register_fake
 def _attention_out_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool,
-                        scale: float, return_lse: bool) -> torch.Tensor:
+                        scale: float, return_lse: bool, *args: Any) -> torch.Tensor:
     return _new_lse(q, return_lse)
 
 
@@ -201,18 +251,29 @@ def _check_out(out: object, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               scale: Optional[float] = None, return_lse: bool = False, out: Optional[torch.Tensor] = None,
-              deterministic: Optional[bool] = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+              deterministic: Optional[bool] = None, causal_align: str = "top-left",
+              window: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
+              alibi_slopes: Optional[torch.Tensor] = None,
+              attn_mask: Optional[torch.Tensor] = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Softmax attention ``softmax(q @ k^T * scale) @ v`` over 4-D tensors, differentiable in q, k and v.
 
     q: ``[batch, heads_q, seq_q, head_dim]``; k, v: ``[batch, heads_kv, seq_k, head_dim]`` with ``heads_q`` a
     multiple of ``heads_kv`` (grouped-query / multi-query attention). Any strides with unit stride along
     ``head_dim`` are read in place, so ``x.transpose(1, 2)`` of a ``[batch, seq, heads, head_dim]`` tensor
-    needs no copy. ``causal`` masks key ``j`` for query ``i`` when ``j > i`` (upper-left aligned, like
-    ``torch.nn.functional.scaled_dot_product_attention``'s ``is_causal``). ``scale`` defaults to
-    ``1 / sqrt(head_dim)``. With ``return_lse`` also returns the float32 log-sum-exp of the scaled scores,
-    ``[batch, heads_q, seq_q]``. ``out``, when given, receives the result and is returned (not differentiable).
-    ``deterministic``: the backward gives bitwise-identical gradients from run to run (a separate dQ pass instead
-    of atomic additions); None follows ``torch.are_deterministic_algorithms_enabled()``.
+    needs no copy. ``scale`` defaults to ``1 / sqrt(head_dim)``.
+
+    Masks: query i is aligned with key i (``causal_align="top-left"``, SDPA's ``is_causal``) or with key
+    ``i + seq_k - seq_q`` (``"bottom-right"``, flash-attn's). ``causal`` hides the keys after the aligned one;
+    ``window=(left, right)`` keeps only the keys from ``left`` before to ``right`` after it (-1: unbounded; with
+    ``causal`` right is 0), and tiles outside the window are skipped. ``softcap > 0`` turns each logit x into
+    ``softcap * tanh(x / softcap)``; ``alibi_slopes`` (float32 ``[heads_q]`` or ``[batch, heads_q]``) subtracts
+    ``slope * |i + offset - j|``; ``attn_mask`` (bool, True = attend, or additive, of q's dtype or float32,
+    broadcastable to ``[batch, heads_q, seq_q, seq_k]``) as in SDPA. A row that sees no key gives zeros (LSE -inf).
+
+    With ``return_lse`` also returns the float32 log-sum-exp of the logits, ``[batch, heads_q, seq_q]``. ``out``,
+    when given, receives the result and is returned (not differentiable). ``deterministic``: the backward gives
+    bitwise-identical gradients from run to run (a separate dQ pass instead of atomic additions); None follows
+    ``torch.are_deterministic_algorithms_enabled()``.
 
     Runs as the operator ``torch.ops.portattn.attention`` (``attention_out`` with ``out``), so it can be traced by
     ``torch.compile`` and captured in CUDA graphs; the backward is the operator ``portattn::attention_backward``.
@@ -222,30 +283,50 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise problem.error
     if deterministic is not None and not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
+    masks = NO_MASKS
+    if (causal_align != "top-left" or window is not None or softcap != 0.0 or alibi_slopes is not None
+            or attn_mask is not None):
+        masks = mask_args(q, k, causal, causal_align, window, softcap, alibi_slopes, attn_mask)
     if out is not None:
         _check_out(out, q, k, v)
-    return call_op(q, k, v, causal, scale, return_lse, out, deterministic)
+    return call_op(q, k, v, causal, scale, return_lse, out, deterministic, masks)
+
+
+def mask_args(q: torch.Tensor, k: torch.Tensor, causal: bool, causal_align: str,
+              window: Optional[Tuple[int, int]], softcap: float, alibi_slopes: Optional[torch.Tensor],
+              attn_mask: Optional[torch.Tensor], cu_seqlens: Optional[Tuple[torch.Tensor, torch.Tensor, int, int]]
+              = None) -> MaskArgs:
+    """The operators' mask arguments for validated 4-D (or packed 3-D, with ``cu_seqlens``) q and k; raises a
+    clear error for a bad one."""
+    problem = mask_problem(q, k, causal_align, window, softcap, alibi_slopes, attn_mask)
+    if problem:
+        raise problem.error
+    left, right = (-1, -1) if window is None else window
+    mask = None if attn_mask is None else mask_4d(attn_mask, q, k)
+    cu_q, cu_k, max_q, max_k = cu_seqlens if cu_seqlens is not None else (None, None, 0, 0)
+    return (causal_align == "bottom-right", int(left), int(right), float(softcap), alibi_slopes, mask, cu_q, cu_k,
+            max_q, max_k)
 
 
 def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: Optional[float],
-            return_lse: bool, out: Optional[torch.Tensor],
-            deterministic: Optional[bool] = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
-    """The operator call for validated arguments."""
+            return_lse: bool, out: Optional[torch.Tensor], deterministic: Optional[bool] = None,
+            masks: MaskArgs = NO_MASKS) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """The operator call for validated arguments (``masks`` from ``mask_args``)."""
     problem = gpu_problem(q)
     if problem:
         raise problem.error
-    scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if out is not None:
-        lse = torch.ops.portattn.attention_out(q, k, v, out, causal, scale, return_lse)
+        lse = torch.ops.portattn.attention_out(q, k, v, out, causal, scale, return_lse, *masks)
         return (out, lse) if return_lse else out
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     # Eager inference on plain tensors (not fake or functional ones while tracing): the operator's body, no dispatch.
     if not grad and type(q) is torch.Tensor and not torch.compiler.is_compiling():
-        out, lse = _attention(q, k, v, causal, scale, return_lse)
+        out, lse = _attention(q, k, v, causal, scale, return_lse, masks)
     else:
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()
-        out, lse = torch.ops.portattn.attention(q, k, v, causal, scale, True, deterministic)
+        out, lse = torch.ops.portattn.attention(q, k, v, causal, scale, True, deterministic, *masks)
     return (out, lse) if return_lse else out
 
 
@@ -255,11 +336,14 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                  enable_gqa: bool = False) -> torch.Tensor:
     """Drop-in for ``torch.nn.functional.scaled_dot_product_attention`` on the cases portattn supports.
 
-    ``attn_mask`` and ``dropout_p > 0`` raise ``NotImplementedError``. Inputs are 4-D
-    ``[batch, heads, seq, head_dim]``; different query and key/value head counts need ``enable_gqa=True``.
-    Differentiable; the backward is deterministic when ``torch.use_deterministic_algorithms(True)`` is set.
+    ``attn_mask``: boolean (True = attend) or additive of the query's dtype, broadcastable to ``[batch, heads, seq_q,
+    seq_k]``, as SDPA takes it (not together with ``is_causal``); a row that the mask hides entirely gives zeros.
+    ``dropout_p > 0`` raises ``NotImplementedError``. Inputs are 4-D ``[batch, heads, seq, head_dim]``; different
+    query and key/value head counts need ``enable_gqa=True``. Differentiable in query, key and value; the backward
+    is deterministic when ``torch.use_deterministic_algorithms(True)`` is set.
     """
     problem = sdpa_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if problem:
         raise problem.error
-    return call_op(query, key, value, is_causal, scale, False, None)  # type: ignore[return-value]
+    masks = NO_MASKS if attn_mask is None else mask_args(query, key, False, "top-left", None, 0.0, None, attn_mask)
+    return call_op(query, key, value, is_causal, scale, False, None, None, masks)  # type: ignore[return-value]

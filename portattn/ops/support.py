@@ -91,8 +91,9 @@ def options_problem(causal: object, scale: object) -> Unsupported | None:
 
 def sdpa_problem(query: object, key: object, value: object, attn_mask: object, dropout_p: object, is_causal: object,
                  scale: object, enable_gqa: object) -> Unsupported | None:
-    """The rule for a ``scaled_dot_product_attention`` call: the arguments SDPA takes, no mask, no dropout, the
-    q/k/v rule, and different head counts only with ``enable_gqa=True``."""
+    """The rule for a ``scaled_dot_product_attention`` call: the arguments SDPA takes, no dropout, the q/k/v rule,
+    different head counts only with ``enable_gqa=True``, and a boolean or additive mask (of the query's dtype) that
+    broadcasts to the scores."""
     if not isinstance(enable_gqa, bool) or not isinstance(dropout_p, (int, float)):
         return Unsupported("arguments", TypeError(
             f"enable_gqa must be a bool and dropout_p a number, got {enable_gqa!r} and {dropout_p!r}"))
@@ -103,8 +104,8 @@ def sdpa_problem(query: object, key: object, value: object, attn_mask: object, d
         problem = _tensor_problem(name, t)
         if problem:
             return problem
-    if attn_mask is not None:
-        return Unsupported("attn_mask", NotImplementedError("attn_mask is not supported by portattn yet"))
+    if attn_mask is not None and is_causal:
+        return Unsupported("attn_mask", ValueError("attn_mask and is_causal cannot both be set (as in SDPA)"))
     if dropout_p != 0:
         return Unsupported("dropout", NotImplementedError(
             f"dropout_p={dropout_p} is not supported by portattn yet (only 0.0)"))
@@ -112,4 +113,71 @@ def sdpa_problem(query: object, key: object, value: object, attn_mask: object, d
     if query.shape[1] != key.shape[1] and not enable_gqa:
         return Unsupported("gqa", ValueError(f"query has {query.shape[1]} heads but key has {key.shape[1]}; "
                                              "pass enable_gqa=True for grouped-query attention"))
-    return qkv_problem(query, key, value, ("query", "key", "value"))
+    problem = qkv_problem(query, key, value, ("query", "key", "value"))
+    if problem is None and attn_mask is not None:
+        problem = _attn_mask_problem(attn_mask, query, key, (torch.bool, query.dtype))
+    return problem
+
+
+def mask_problem(q: torch.Tensor, k: torch.Tensor, causal_align: object, window: object, softcap: object,
+                 alibi_slopes: object, attn_mask: object) -> Unsupported | None:
+    """The rule for the mask options of ``attention`` and the flash-attn functions, for validated q and k (4-D, or
+    packed 3-D ``[total, heads, head_dim]``)."""
+    if causal_align not in ("top-left", "bottom-right"):
+        return Unsupported("arguments", ValueError(
+            f"causal_align must be 'top-left' or 'bottom-right', got {causal_align!r}"))
+    if window is not None and not (isinstance(window, (tuple, list)) and len(window) == 2
+                                   and all(isinstance(w, int) and not isinstance(w, bool) and w >= -1
+                                           for w in window)):
+        return Unsupported("arguments", ValueError(
+            f"window must be a pair of ints (left, right), each >= 0 or -1 for unbounded, got {window!r}"))
+    if isinstance(softcap, bool) or not isinstance(softcap, Real) or not math.isfinite(softcap) or softcap < 0:
+        return Unsupported("arguments", ValueError(f"softcap must be a finite number >= 0 (0: none), got {softcap!r}"))
+    heads_q = q.shape[-2] if q.dim() == 3 else q.shape[1]
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, torch.Tensor):
+            return Unsupported("arguments", TypeError(
+                f"alibi_slopes must be a torch.Tensor, got {type(alibi_slopes).__name__}"))
+        if (alibi_slopes.dtype != torch.float32 or alibi_slopes.device != q.device or alibi_slopes.dim() not in (1, 2)
+                or alibi_slopes.shape[-1] != heads_q or alibi_slopes.stride(-1) != 1):
+            return Unsupported("arguments", ValueError(
+                f"alibi_slopes must be float32 [heads_q] or [batch, heads_q] with unit stride along heads, on "
+                f"{q.device}, heads_q = {heads_q}; got {alibi_slopes.dtype} {tuple(alibi_slopes.shape)} on "
+                f"{alibi_slopes.device}"))
+        if alibi_slopes.requires_grad and torch.is_grad_enabled():
+            return Unsupported("arguments", NotImplementedError("alibi_slopes cannot require grad"))
+    if attn_mask is not None:
+        if q.dim() == 3:
+            return Unsupported("attn_mask", NotImplementedError(
+                "attn_mask is not supported with packed variable-length sequences"))
+        return _attn_mask_problem(attn_mask, q, k, (torch.bool, torch.float32, q.dtype))
+    return None
+
+
+def _attn_mask_problem(mask: object, q: torch.Tensor, k: torch.Tensor,
+                       dtypes: tuple[torch.dtype, ...]) -> Unsupported | None:
+    if not isinstance(mask, torch.Tensor):
+        return Unsupported("attn_mask", TypeError(f"attn_mask must be a torch.Tensor, got {type(mask).__name__}"))
+    full = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if (mask.dim() > 4 or mask.dim() < 1 or mask.layout != torch.strided
+            or any(m not in (1, f) for m, f in zip(reversed(mask.shape), reversed(full)))):
+        return Unsupported("attn_mask", ValueError(
+            f"attn_mask of shape {tuple(mask.shape)} does not broadcast to [batch, heads_q, seq_q, seq_k] = {full}"))
+    if mask.dtype not in dtypes:
+        return Unsupported("attn_mask", TypeError(
+            f"attn_mask must be {' or '.join(map(str, dict.fromkeys(dtypes)))}, got {mask.dtype}"))
+    if mask.device != q.device:
+        return Unsupported("attn_mask", ValueError(f"attn_mask is on {mask.device} but q is on {q.device}"))
+    if mask.requires_grad and torch.is_grad_enabled():
+        return Unsupported("attn_mask", NotImplementedError("attn_mask cannot require grad (no mask gradient)"))
+    return None
+
+
+def mask_4d(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """A validated attention mask as the kernels read it: 4-D, size-1 dims broadcast (stride 0), unit stride along
+    keys (a copy only when it has none)."""
+    mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)) if mask.dim() < 4 else mask
+    seq_k = k.shape[2]
+    if mask.shape[3] != seq_k or (seq_k > 1 and mask.stride(3) != 1):
+        mask = mask.expand(*mask.shape[:3], seq_k).contiguous()
+    return mask

@@ -56,3 +56,38 @@ def reference_gradients(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout:
     loss = (out * dout.double()).sum() + ((lse * grad_lse.double()).sum() if grad_lse is not None else 0.0)
     dq, dk, dv = torch.autograd.grad(loss, (q64, k64, v64))
     return dq, dk, dv
+
+
+def reference_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                     bottom_right: bool = False, window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                     alibi_slopes: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
+                     scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact attention in float64 with portattn's masks (``portattn.attention``'s arguments), differentiable
+    through autograd; returns (out, natural-log LSE). A row that sees no key gives zeros and LSE -inf. Inputs
+    ``[B, H, N, d]`` (float64 leaves keep their gradients)."""
+    d = q.shape[-1]
+    scale = d**-0.5 if scale is None else scale
+    group = q.shape[1] // k.shape[1]
+    nq, nk = q.shape[2], k.shape[2]
+    q64, k64, v64 = (t if t.dtype == torch.float64 else t.double() for t in (q, k, v))
+    s = q64 @ k64.repeat_interleave(group, 1).transpose(-1, -2) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    rows = torch.arange(nq, device=q.device).unsqueeze(1) + (nk - nq if bottom_right else 0)
+    cols = torch.arange(nk, device=q.device).unsqueeze(0)
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.double().reshape(-1 if alibi_slopes.dim() == 2 else 1, q.shape[1], 1, 1)
+        s = s - slopes * (rows - cols).abs()
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask.double()
+    left, right = window
+    hidden = torch.zeros(nq, nk, dtype=torch.bool, device=q.device)
+    if causal or right >= 0:
+        hidden |= cols > rows + (0 if causal else right)
+    if left >= 0:
+        hidden |= cols < rows - left
+    s = s.masked_fill(hidden, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    seen = torch.isfinite(lse).unsqueeze(-1)
+    p = torch.where(seen, torch.exp(s - torch.where(seen, lse.unsqueeze(-1), 0.0)), 0.0)
+    return p @ v64.repeat_interleave(group, 1), lse

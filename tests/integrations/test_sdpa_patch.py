@@ -47,15 +47,17 @@ def test_context_manager_restores_on_error_and_counts_per_activation():
             F.scaled_dot_product_attention(q, q, q)
             raise KeyError("boom")
     assert F.scaled_dot_product_attention is original
-    assert (outer.portattn, outer.fallback, dict(outer.fallback_reasons)) == (0, 3, {"device": 2, "attn_mask": 1})
-    assert (inner.portattn, inner.fallback, dict(inner.fallback_reasons)) == (0, 1, {"attn_mask": 1})
+    assert (outer.portattn, outer.fallback, dict(outer.fallback_reasons)) == (0, 3, {"device": 3})
+    assert (inner.portattn, inner.fallback, dict(inner.fallback_reasons)) == (0, 1, {"device": 1})
 
 
 Q, KV = rand(2, 4, 9, 64), rand(2, 2, 9, 64)
 
 FALLBACKS = [
-    ("attn_mask", (Q, Q, Q), {"attn_mask": torch.zeros(9, 9, dtype=torch.bool)}),
-    ("attn_mask", (Q, Q, Q, rand(9, 9)), {}),
+    ("attn_mask", (Q, Q, Q), {"attn_mask": torch.zeros(9, 9, dtype=torch.int32)}),
+    ("attn_mask", (Q, Q, Q, rand(3, 9)), {}),
+    ("attn_mask", (Q, Q, Q, rand(9, 9)), {"is_causal": True}),
+    ("attn_mask", (Q, Q, Q, rand(9, 9).requires_grad_()), {}),
     ("dropout", (Q, Q, Q), {"dropout_p": 0.3}),
     ("ndim", (Q[0], Q[0], Q[0]), {"is_causal": True}),
     ("dtype", (Q.double(), Q.double(), Q.double()), {}),
@@ -118,8 +120,8 @@ def test_supported_calls_route_to_portattn(fake_sm90):
                 F.scaled_dot_product_attention(q, kv, kv)
             F.scaled_dot_product_attention(q.to(torch.float64), q.to(torch.float64), q.to(torch.float64))
         assert out.shape == (2, 8, 100, 64) and out.dtype == torch.float32
-    assert stats.portattn == 2
-    assert dict(stats.fallback_reasons) == {"attn_mask": 1, "gqa": 1, "dtype": 1}
+    assert stats.portattn == 3
+    assert dict(stats.fallback_reasons) == {"gqa": 1, "dtype": 1}
 
 
 def test_calls_that_require_grad_are_taken_unless_no_backward_kernel(fake_sm90, monkeypatch):

@@ -5,6 +5,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import portattn
+from portattn.ops.attention import NO_MASKS
 
 ATTENTION = torch.ops.portattn.attention.default
 ATTENTION_OUT = torch.ops.portattn.attention_out.default
@@ -36,24 +37,24 @@ def test_fake_shapes_dtypes_and_layout(return_lse):
 
 def test_operator_lse_is_empty_unless_asked():
     q = meta(1, 4, 9, 32)
-    out, lse = ATTENTION(q, q, q, False, 0.5, False, False)
+    out, lse = ATTENTION(q, q, q, False, 0.5, False, False, *NO_MASKS)
     assert out.shape == q.shape and lse.shape == (0,) and lse.dtype == torch.float32
-    out, lse = ATTENTION(q, q, q, False, 0.5, True, False)
+    out, lse = ATTENTION(q, q, q, False, 0.5, True, False, *NO_MASKS)
     assert lse.shape == (1, 4, 9)
-    assert ATTENTION_OUT(q, q, q, torch.empty_like(q), True, 0.5, True).shape == (1, 4, 9)
+    assert ATTENTION_OUT(q, q, q, torch.empty_like(q), True, 0.5, True, *NO_MASKS).shape == (1, 4, 9)
 
 
 @pytest.mark.parametrize("op, extra, tail", [(ATTENTION, (), (False,)), (ATTENTION_OUT, (meta(2, 4, 16, 64),), ())])
 def test_opcheck_registration(op, extra, tail):
     q, kv = meta(2, 4, 16, 64), meta(2, 2, 16, 64)
-    args = (q, kv, kv) + extra + (True, 0.125, True) + tail
+    args = (q, kv, kv) + extra + (True, 0.125, True) + tail + NO_MASKS
     results = torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
     assert all(r == "SUCCESS" for r in results.values()), results
 
 
 def test_opcheck_backward_registration():
     q, kv = meta(2, 4, 16, 64), meta(2, 2, 16, 64)
-    args = (meta(2, 4, 16, 64), q, kv, kv, meta(2, 4, 16, 64), meta(2, 4, 16), None, True, 0.125, False)
+    args = (meta(2, 4, 16, 64), q, kv, kv, meta(2, 4, 16, 64), meta(2, 4, 16), None, True, 0.125, False) + NO_MASKS
     results = torch.library.opcheck(BACKWARD, args, test_utils=("test_schema", "test_faketensor"))
     assert all(r == "SUCCESS" for r in results.values()), results
     dq, dk, dv = BACKWARD(*args)
@@ -63,7 +64,7 @@ def test_opcheck_backward_registration():
 def test_cpu_tensors_have_no_kernel():
     q = torch.zeros(1, 1, 4, 64)
     with pytest.raises(NotImplementedError, match="portattn::attention"):
-        ATTENTION(q, q, q, False, 1.0, False, False)
+        ATTENTION(q, q, q, False, 1.0, False, False, *NO_MASKS)
 
 
 class Block(torch.nn.Module):
@@ -91,7 +92,7 @@ def test_export_traces_one_operator_call():
     ep = _export(Block(), [(2, 50, 8, 64), (2, 60, 2, 64), (2, 60, 2, 64)])
     calls = [n for n in ep.graph.nodes if n.target is ATTENTION]
     assert len(calls) == 1
-    assert calls[0].args[3:] == (True, 0.125, True, False)
+    assert calls[0].args[3:] == (True, 0.125, True, False) + NO_MASKS
     output = next(n for n in ep.graph.nodes if n.op == "output")
     out, lse = (n.meta["val"] for n in output.args[0])
     assert out.shape == (2, 50, 8, 64) and lse.shape == (2, 8, 50)
@@ -102,7 +103,7 @@ def test_export_of_out_argument_declares_the_mutation():
     shape = (1, 4, 33, 128)
     ep = _export(IntoBuffer(), [shape] * 4)
     calls = [n for n in ep.graph.nodes if n.target is ATTENTION_OUT]
-    assert len(calls) == 1 and calls[0].args[3].name == "out" and calls[0].args[4:] == (False, 0.2, False)
+    assert len(calls) == 1 and calls[0].args[3].name == "out" and calls[0].args[4:] == (False, 0.2, False) + NO_MASKS
     functional = ep.run_decompositions()  # mutations become outputs written back to the inputs
     assert list(functional.graph_signature.user_inputs_to_mutate.values()) == ["out"]
 
@@ -126,7 +127,7 @@ def test_compile_traces_forward_and_backward_operators(fullgraph):
 
     q = meta(1, 4, 8, 64, requires_grad=True)
     k, v = meta(1, 2, 8, 64, requires_grad=True), meta(1, 2, 8, 64, requires_grad=True)
-    f = torch.compile(lambda q, k, v: ATTENTION(q, k, v, True, 0.125, True, False)[0] * 2, backend=backend,
+    f = torch.compile(lambda q, k, v: ATTENTION(q, k, v, True, 0.125, True, False, *NO_MASKS)[0] * 2, backend=backend,
                       fullgraph=fullgraph)
     out = f(q, k, v)
     out.sum().backward()
@@ -147,14 +148,14 @@ def test_out_with_grad_is_refused():
 
 def test_operator_backward_without_lse_is_refused():
     q = meta(1, 2, 8, 64, requires_grad=True)
-    out, _ = ATTENTION(q, q, q, False, 0.125, False, False)
+    out, _ = ATTENTION(q, q, q, False, 0.125, False, False, *NO_MASKS)
     with pytest.raises(RuntimeError, match="return_lse=False"):
         out.sum().backward()
 
 
 def test_double_backward_is_refused():
     q = meta(1, 2, 8, 64, requires_grad=True)
-    out, _ = ATTENTION(q, q, q, False, 0.125, True, False)
+    out, _ = ATTENTION(q, q, q, False, 0.125, True, False, *NO_MASKS)
     (grad_q,) = torch.autograd.grad(out.sum(), q, create_graph=True)
     with pytest.raises(NotImplementedError, match="no double backward"):
         grad_q.sum().backward()

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import portattn
+from portattn.ops.attention import NO_MASKS
 from portattn.tools.reference import reference_attention, reference_gradients, relative_error
 from portattn.tools.testing import capture_graph
 
@@ -24,9 +25,9 @@ def test_opcheck(gen):
     q, k, v = rand(gen, 2, 4, 65, 64), rand(gen, 2, 2, 65, 64), rand(gen, 2, 2, 65, 64)
     for return_lse in (False, True):
         for results in (
-            torch.library.opcheck(torch.ops.portattn.attention.default, (q, k, v, True, 0.125, return_lse, False)),
+            torch.library.opcheck(torch.ops.portattn.attention.default, (q, k, v, True, 0.125, return_lse, False, *NO_MASKS)),
             torch.library.opcheck(torch.ops.portattn.attention_out.default,
-                                  (q, k, v, torch.empty_like(q), True, 0.125, return_lse)),
+                                  (q, k, v, torch.empty_like(q), True, 0.125, return_lse, *NO_MASKS)),
         ):
             assert all(r == "SUCCESS" for r in results.values()), results
 
@@ -35,13 +36,20 @@ def test_opcheck_with_autograd(gen):
     """The forward operator with inputs that require grad (autograd registration, AOT dispatch with its backward),
     and the backward operator itself."""
     q, k, v = (t.requires_grad_() for t in (rand(gen, 2, 4, 65, 64), rand(gen, 2, 2, 65, 64), rand(gen, 2, 2, 65, 64)))
-    results = torch.library.opcheck(torch.ops.portattn.attention.default, (q, k, v, True, 0.125, True, True))
-    assert all(r == "SUCCESS" for r in results.values()), results
-    with torch.no_grad():
-        out, lse = torch.ops.portattn.attention(q, k, v, True, 0.125, True, True)
-    args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out, lse, None, True, 0.125, True)
-    results = torch.library.opcheck(torch.ops.portattn.attention_backward.default, args)
-    assert all(r == "SUCCESS" for r in results.values()), results
+    slopes = torch.rand(4, device="cuda", generator=gen)
+    cu = torch.tensor([0, 20, 65], dtype=torch.int32, device="cuda")
+    packed = (q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1))
+    for args, masks in (((q, k, v), NO_MASKS),
+                        ((q, k, v), (True, 7, 2, 3.0, slopes, None, None, None, 0, 0)),
+                        (packed, (True, -1, -1, 0.0, None, None, cu, cu, 45, 45))):
+        results = torch.library.opcheck(torch.ops.portattn.attention.default, (*args, True, 0.125, True, True, *masks))
+        assert all(r == "SUCCESS" for r in results.values()), results
+        with torch.no_grad():
+            out, lse = torch.ops.portattn.attention(*args, True, 0.125, True, True, *masks)
+        detached = tuple(t.detach() for t in args)
+        bwd_args = (torch.randn_like(out), *detached, out, lse, None, True, 0.125, True, *masks)
+        results = torch.library.opcheck(torch.ops.portattn.attention_backward.default, bwd_args)
+        assert all(r == "SUCCESS" for r in results.values()), results
 
 
 class Block(torch.nn.Module):
@@ -133,8 +141,9 @@ def test_patch_sdpa_routes_on_gpu(gen):
         with torch.enable_grad():
             F.scaled_dot_product_attention(q.clone().requires_grad_(), q, q)
     assert F.scaled_dot_product_attention is original
-    assert stats.portattn == 3
-    assert dict(stats.fallback_reasons) == {"attn_mask": 1, "dtype": 1, "head_dim": 1}
+    assert stats.portattn == 4
+    assert dict(stats.fallback_reasons) == {"dtype": 1, "head_dim": 1}
+    assert relative_error(masked, masked_expected.double()) <= TOL
     assert torch.equal(gqa, portattn.attention(q, k, v, causal=True)), "routed to portattn"
     ref, _ = reference_attention(q, k, v, causal=True)
     assert relative_error(gqa, ref) <= TOL

@@ -64,12 +64,28 @@ def test_inputs_that_require_grad_pass_the_checks():
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
-    ({"attn_mask": t(8, 8)}, NotImplementedError, "attn_mask"),
+    ({"attn_mask": t(3, 8)}, ValueError, r"attn_mask of shape \(3, 8\) does not broadcast"),
+    ({"attn_mask": t(8, 8, dtype=torch.int32)}, TypeError, "attn_mask must be torch.bool or torch.float32"),
+    ({"attn_mask": t(8, 8), "is_causal": True}, ValueError, "attn_mask and is_causal cannot both be set"),
     ({"dropout_p": 0.1}, NotImplementedError, "dropout_p=0.1"),
 ])
 def test_sdpa_unsupported_arguments(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         portattn.scaled_dot_product_attention(Q, Q, Q, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"causal_align": "middle"}, ValueError, "causal_align must be"),
+    ({"window": (3,)}, ValueError, "window must be a pair of ints"),
+    ({"window": (-2, 0)}, ValueError, "window must be a pair of ints"),
+    ({"softcap": -1.0}, ValueError, "softcap must be a finite number >= 0"),
+    ({"alibi_slopes": t(3)}, ValueError, "alibi_slopes must be float32 \\[heads_q\\]"),
+    ({"alibi_slopes": [0.1] * 4}, TypeError, "alibi_slopes must be a torch.Tensor"),
+    ({"attn_mask": t(8, 8, dtype=torch.float16)}, TypeError, "attn_mask must be"),
+])
+def test_bad_mask_options(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        portattn.attention(Q, Q, Q, **kwargs)
 
 
 def test_sdpa_shape_rules():

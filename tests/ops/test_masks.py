@@ -1,0 +1,256 @@
+"""Masks and score modifiers (windows, bottom-right alignment, softcap, ALiBi, attention-mask tensors), packed
+variable-length batches and the flash-attn functions: outputs, LSE and gradients against float64 on every target the
+machine executes (on NVIDIA: native 32-lane warps and the wave64 emulation)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import portattn
+from portattn.flash_attn import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+    flash_attn_with_kvcache,
+)
+from portattn.kernels import backward
+from portattn.tools.reference import reference_masked
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_target")]
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# Output and LSE: largest error relative to the largest reference value; gradients: relative to the largest gradient.
+OUT_TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+GRAD_TOL = {torch.float32: 5e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+
+
+def rand(gen, dtype, *shape):
+    return torch.randn(*shape, device="cuda", generator=gen).to(dtype)
+
+
+def max_rel(x, ref):
+    x, ref = x.double(), ref.double()
+    finite = torch.isfinite(ref)
+    assert torch.equal(torch.isfinite(x), finite), "infinite or NaN entries differ from the reference"
+    if not bool(finite.any()):
+        return 0.0
+    return float((x - ref)[finite].abs().max() / max(float(ref[finite].abs().max()), 1e-30))
+
+
+def check_attention(q, k, v, gen, grads=True, **opts):
+    """portattn.attention(**opts) against reference_masked: output, LSE and (with ``grads``) dq, dk, dv."""
+    ref_opts = {key: opts[key] for key in ("causal", "softcap", "alibi_slopes", "attn_mask", "scale") if key in opts}
+    ref_opts["bottom_right"] = opts.get("causal_align") == "bottom-right"
+    ref_opts["window"] = opts.get("window") or (-1, -1)
+    leaves64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref_out, ref_lse = reference_masked(*leaves64, **ref_opts)
+    leaves = [t.detach().clone().requires_grad_(grads) for t in (q, k, v)]
+    out, lse = portattn.attention(*leaves, return_lse=True, **opts)
+    tol = OUT_TOL[q.dtype]
+    assert max_rel(out, ref_out) <= tol, ("out", max_rel(out, ref_out))
+    assert max_rel(lse, ref_lse) <= tol, ("lse", max_rel(lse, ref_lse))
+    if not grads:
+        return
+    dout = rand(gen, q.dtype, *q.shape)
+    got = torch.autograd.grad(out, leaves, dout)
+    refs = torch.autograd.grad(ref_out, leaves64, dout.double())
+    largest = max(float(r.abs().max()) for r in refs)
+    for name, g, r in zip(("dq", "dk", "dv"), got, refs):
+        err = float((g.double() - r).abs().max()) / max(largest, 1e-30)
+        assert err <= GRAD_TOL[q.dtype], (name, err)
+
+
+@pytest.fixture
+def needs_backward(on_target):
+    def need(dtype, d=64):
+        if not backward.has_kernel(on_target, dtype, d):
+            pytest.skip(f"no backward kernel for {on_target}, {dtype}, d={d}")
+    return need
+
+
+MASKS = {
+    "bottom-right causal": dict(causal=True, causal_align="bottom-right"),
+    "window": dict(window=(37, 5)),
+    "causal window": dict(causal=True, window=(64, -1), causal_align="bottom-right"),
+    "left only": dict(window=(0, -1)),
+    "softcap": dict(softcap=3.0, causal=True),
+    "alibi": dict(alibi="heads", causal=True, causal_align="bottom-right"),
+    "alibi per batch": dict(alibi="batch"),
+}
+
+
+@pytest.mark.parametrize("nq,nk", [(1, 40), (77, 77), (200, 333), (333, 130)])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_masks_forward_and_backward(gen, needs_backward, dtype, mask, d, nq, nk):
+    needs_backward(dtype, d)
+    opts = dict(MASKS[mask])
+    b, hq, hk = 2, 4, 2
+    alibi = opts.pop("alibi", None)
+    if alibi is not None:
+        shape = (hq,) if alibi == "heads" else (b, hq)
+        opts["alibi_slopes"] = torch.rand(shape, device="cuda", generator=gen) * 0.3
+    q = rand(gen, dtype, b, hq, nq, d)
+    k, v = rand(gen, dtype, b, hk, nk, d), rand(gen, dtype, b, hk, nk, d)
+    check_attention(q, k, v, gen, **opts)
+
+
+@pytest.mark.parametrize("d", [32, 96, 256])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_masks_other_head_dims(gen, needs_backward, dtype, d):
+    needs_backward(dtype, d)
+    q, k, v = (rand(gen, dtype, 1, 2, 150, d) for _ in range(3))
+    check_attention(q, k, v, gen, window=(20, 3), softcap=5.0)
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive", "float32"])
+@pytest.mark.parametrize("shape", ["b1nk", "nk", "b11k"])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_attn_mask(gen, needs_backward, dtype, kind, shape):
+    needs_backward(dtype)
+    b, h, nq, nk = 2, 3, 130, 150
+    q, k, v = rand(gen, dtype, b, h, nq, 64), rand(gen, dtype, b, h, nk, 64), rand(gen, dtype, b, h, nk, 64)
+    dims = {"b1nk": (b, 1, nq, nk), "nk": (nq, nk), "b11k": (b, 1, 1, nk)}[shape]
+    keep = torch.rand(dims, device="cuda", generator=gen) > 0.3
+    if kind == "bool":
+        mask = keep
+    else:
+        bias = torch.where(keep, torch.randn(dims, device="cuda", generator=gen), -math.inf)
+        mask = bias.to(dtype if kind == "additive" else torch.float32)
+    check_attention(q, k, v, gen, attn_mask=mask)
+
+
+def test_rows_that_see_no_key_give_zeros(gen):
+    q, k, v = (rand(gen, torch.float16, 1, 2, n, 64) for n in (100, 40, 40))
+    out, lse = portattn.attention(q, k, v, causal=True, causal_align="bottom-right", return_lse=True)
+    assert torch.equal(out[:, :, :60], torch.zeros_like(out[:, :, :60]))
+    assert bool((lse[:, :, :60] == -math.inf).all()) and bool(torch.isfinite(lse[:, :, 60:]).all())
+
+
+def test_sdpa_masks_through_the_patch(gen):
+    """The padding masks transformers passes (boolean and additive, [batch, 1, seq_q, seq_k]) are taken."""
+    b, h, n = 2, 4, 96
+    q, k, v = (rand(gen, torch.bfloat16, b, h, n, 64) for _ in range(3))
+    pad = torch.arange(n, device="cuda") >= torch.tensor([0, 17], device="cuda").unsqueeze(1)  # left padding
+    keep = pad[:, None, None, :] & torch.ones(n, n, dtype=torch.bool, device="cuda").tril()
+    additive = torch.zeros(keep.shape, dtype=torch.bfloat16, device="cuda").masked_fill(~keep, -1e4)
+    for mask in (keep, additive):
+        with portattn.patch_sdpa() as stats:
+            got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        assert stats.portattn == 1 and stats.fallback == 0
+        ref, _ = reference_masked(q, k, v, attn_mask=mask)
+        assert max_rel(got, ref) <= OUT_TOL[torch.bfloat16]
+
+
+def _pack(gen, dtype, lengths, heads, d):
+    return rand(gen, dtype, sum(lengths), heads, d)
+
+
+def _cu(lengths):
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+
+
+@pytest.mark.parametrize("opts", [dict(), dict(causal=True), dict(causal=True, window_size=(50, 0)),
+                                  dict(softcap=4.0), dict(alibi=True, causal=True)],
+                         ids=["full", "causal", "window", "softcap", "alibi"])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_varlen_against_each_sequence(gen, needs_backward, dtype, opts):
+    """flash_attn_varlen_func on packed sequences equals flash-attn's semantics per sequence (bottom-right
+    alignment), forward and backward."""
+    needs_backward(dtype)
+    opts = dict(opts)
+    lens_q, lens_k = [1, 130, 77, 300], [45, 130, 200, 129]
+    hq, hk, d = 4, 2, 64
+    if opts.pop("alibi", False):
+        opts["alibi_slopes"] = torch.rand(len(lens_q), hq, device="cuda", generator=gen) * 0.2
+    q, k, v = _pack(gen, dtype, lens_q, hq, d), _pack(gen, dtype, lens_k, hk, d), _pack(gen, dtype, lens_k, hk, d)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = flash_attn_varlen_func(*leaves, _cu(lens_q), _cu(lens_k), max(lens_q), max(lens_k), **opts)
+    dout = rand(gen, dtype, *out.shape)
+    got = torch.autograd.grad(out, leaves, dout)
+    cq, ck = _cu(lens_q).tolist(), _cu(lens_k).tolist()
+    window = opts.get("window_size", (-1, -1))
+    for i in range(len(lens_q)):
+        sq, sk = slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])
+        seq = [t[s].detach().double().transpose(0, 1).unsqueeze(0).requires_grad_() for t, s in ((q, sq), (k, sk),
+                                                                                                 (v, sk))]
+        alibi = opts.get("alibi_slopes")
+        ref, _ = reference_masked(*seq, causal=opts.get("causal", False), bottom_right=True, window=window,
+                                  softcap=opts.get("softcap", 0.0), alibi_slopes=None if alibi is None else alibi[i])
+        ref = ref[0].transpose(0, 1)
+        assert max_rel(out[sq], ref) <= OUT_TOL[dtype], ("out", i)
+        refs = torch.autograd.grad(ref, seq, dout[sq].double())
+        for name, g, r, s in zip(("dq", "dk", "dv"), got, refs, (sq, sk, sk)):
+            r = r[0].transpose(0, 1)
+            err = float((g[s].double() - r).abs().max()) / max(float(r.abs().max()), 1e-30)
+            assert err <= GRAD_TOL[dtype], (name, i, err)
+
+
+def test_varlen_lse_and_packed_variants(gen):
+    lens = [33, 200, 5]
+    qkv = rand(gen, torch.float16, sum(lens), 3, 4, 64)
+    cu = _cu(lens)
+    a = flash_attn_varlen_qkvpacked_func(qkv, cu, max(lens), causal=True)
+    b = flash_attn_varlen_kvpacked_func(qkv[:, 0], qkv[:, 1:], cu, cu, max(lens), max(lens), causal=True)
+    c = flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu, cu, max(lens), max(lens), causal=True)
+    assert torch.equal(a, c) and torch.equal(b, c)
+    # the LSE of packed sequences is [heads, total_q]
+    _, lse = torch.ops.portattn.attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], True, 0.125, True, False, True, -1, -1, 0.0,
+                                          None, None, cu, cu, max(lens), max(lens))
+    assert lse.shape == (4, sum(lens))
+    for i, (s, e) in enumerate(zip(cu.tolist(), cu.tolist()[1:])):
+        seq = [qkv[s:e, j].double().transpose(0, 1).unsqueeze(0) for j in range(3)]
+        _, ref = reference_masked(*seq, causal=True, bottom_right=True, scale=0.125)
+        assert max_rel(lse[:, s:e], ref[0]) <= OUT_TOL[torch.float16]
+
+
+def test_flash_attn_func_family(gen):
+    b, n, h, d = 2, 150, 4, 64
+    qkv = rand(gen, torch.bfloat16, b, n, 3, h, d)
+    q, k, v = qkv.unbind(2)
+    base = flash_attn_func(q, k, v, causal=True, window_size=(16, 0), softcap=2.0)
+    assert torch.equal(base, flash_attn_qkvpacked_func(qkv, causal=True, window_size=(16, 0), softcap=2.0))
+    assert torch.equal(base, flash_attn_kvpacked_func(q, qkv[:, :, 1:], causal=True, window_size=(16, 0),
+                                                      softcap=2.0))
+    ref, _ = reference_masked(*(t.transpose(1, 2) for t in (q, k, v)), causal=True, bottom_right=True,
+                              window=(16, 0), softcap=2.0)
+    assert max_rel(base, ref.transpose(1, 2)) <= OUT_TOL[torch.bfloat16]
+
+
+def test_flash_attn_with_kvcache_rotary(gen):
+    """Rotary embedding of q and the new k at their cache positions (GPT-NeoX halves and GPT-J pairs)."""
+    b, cap, hk, hq, d, new = 2, 64, 2, 4, 64, 3
+    k_cache, v_cache = rand(gen, torch.float16, b, cap, hk, d), rand(gen, torch.float16, b, cap, hk, d)
+    lens = torch.tensor([10, 40], dtype=torch.int32, device="cuda")
+    q, k, v = rand(gen, torch.float16, b, new, hq, d), rand(gen, torch.float16, b, new, hk, d), \
+        rand(gen, torch.float16, b, new, hk, d)
+    angles = torch.rand(cap, d // 4, device="cuda", generator=gen) * 6
+    cos, sin = angles.cos(), angles.sin()
+    for interleaved in (False, True):
+        kc, vc = k_cache.clone(), v_cache.clone()
+        out = flash_attn_with_kvcache(q, kc, vc, k, v, cos, sin, lens, causal=True, rotary_interleaved=interleaved)
+        for i in range(b):
+            pos = torch.arange(lens[i], lens[i] + new, device="cuda")
+
+            def rot(x):
+                x = x.double()
+                r = x[..., :d // 2]
+                c, s = cos[pos].double()[:, None], sin[pos].double()[:, None]
+                if interleaved:
+                    a, bb = r[..., 0::2], r[..., 1::2]
+                    r = torch.stack((a * c - bb * s, a * s + bb * c), -1).flatten(-2)
+                else:
+                    a, bb = r[..., :d // 4], r[..., d // 4:]
+                    r = torch.cat((a * c - bb * s, a * s + bb * c), -1)
+                return torch.cat((r, x[..., d // 2:]), -1)
+
+            keys = torch.cat((k_cache[i, :lens[i]].double(), rot(k[i])))
+            vals = torch.cat((v_cache[i, :lens[i]].double(), v[i].double()))
+            assert max_rel(kc[i, lens[i]:lens[i] + new], rot(k[i])) <= 1e-3
+            ref, _ = reference_masked(rot(q[i]).transpose(0, 1)[None], keys.transpose(0, 1)[None],
+                                      vals.transpose(0, 1)[None], causal=True, bottom_right=True)
+            assert max_rel(out[i], ref[0].transpose(0, 1)) <= OUT_TOL[torch.float16]
