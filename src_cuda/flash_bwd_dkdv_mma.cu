@@ -124,11 +124,9 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     const PaMask& mask = seq.mask;
 
     const PaTileLoader<BN> kv_loader;
-    kv_loader.start(k_s,
-                    static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh + (seq.k_start + n0) * p.k_sn,
+    kv_loader.start(k_s, static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh + (seq.k_start + n0) * p.k_sn,
                     p.k_sn, seq.seqlen_k - n0);
-    kv_loader.start(v_s,
-                    static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh + (seq.k_start + n0) * p.v_sn,
+    kv_loader.start(v_s, static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh + (seq.k_start + n0) * p.v_sn,
                     p.v_sn, seq.seqlen_k - n0);
 
     // The query tiles of every head of the group, in order: tile t holds query rows m_first + (t % per_group) BM..

@@ -48,11 +48,9 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dkdv_si
     const PaSeq seq = pa_seq(p, b);
     if (n0 >= seq.seqlen_k) return;  // past the end of a shorter sequence
     const PaMask& mask = seq.mask;
-    pa_simt_load_tile(k_s,
-                      static_cast<const float*>(p.k) + b * p.k_sb + h_kv * p.k_sh + (seq.k_start + n0) * p.k_sn,
+    pa_simt_load_tile(k_s, static_cast<const float*>(p.k) + b * p.k_sb + h_kv * p.k_sh + (seq.k_start + n0) * p.k_sn,
                       p.k_sn, BN, seq.seqlen_k - n0);
-    pa_simt_load_tile(v_s,
-                      static_cast<const float*>(p.v) + b * p.v_sb + h_kv * p.v_sh + (seq.k_start + n0) * p.v_sn,
+    pa_simt_load_tile(v_s, static_cast<const float*>(p.v) + b * p.v_sb + h_kv * p.v_sh + (seq.k_start + n0) * p.v_sn,
                       p.v_sn, BN, seq.seqlen_k - n0);
     const int m_end = min(seq.seqlen_q, pa_mask_rows_end(mask, n0, BN));
 

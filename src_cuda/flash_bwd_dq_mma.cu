@@ -60,11 +60,9 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     const PaMod mod = pa_seq_mod(p, seq, b, h);
 
     const PaTileLoader<BM> q_loader;
-    q_loader.start(q_s,
-                   static_cast<const pa_elem*>(p.q) + b * p.q_sb + h * p.q_sh + (seq.q_start + m0) * p.q_sn, p.q_sn,
-                   seq.seqlen_q - m0);
-    q_loader.start(do_s,
-                   static_cast<const pa_elem*>(p.dout) + b * p.do_sb + h * p.do_sh + (seq.q_start + m0) * p.do_sn,
+    q_loader.start(q_s, static_cast<const pa_elem*>(p.q) + b * p.q_sb + h * p.q_sh + (seq.q_start + m0) * p.q_sn,
+                   p.q_sn, seq.seqlen_q - m0);
+    q_loader.start(do_s, static_cast<const pa_elem*>(p.dout) + b * p.do_sb + h * p.do_sh + (seq.q_start + m0) * p.do_sn,
                    p.do_sn, seq.seqlen_q - m0);
     pa_async_commit();
     pa_bwd_load_rows<BM>(lse_s, delta_s, p, pa_bwd_row0(p, seq, b, h), seq.seqlen_q, m0);

@@ -10,7 +10,8 @@
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_MIN_BLOCKS (blocks per SM
 // the registers must allow), PA_PERSISTENT (blocks loop over work items), PA_SMEM_BYTES (the dynamic shared memory
 // the host launches with), PA_BF16, PA_F32, PA_MMA_WGMMA, PA_MASK_EXT (variable lengths, sliding windows,
-// softcap, ALiBi, attention masks; pa_fwd_params.cuh). Only the key tiles some row of the block sees are loaded: a sliding window costs its width.
+// softcap, ALiBi, attention masks; pa_fwd_params.cuh). Only the key tiles some row of the block sees are loaded: a
+// sliding window costs its width.
 #include "pa_fwd_params.cuh"
 #include "pa_softmax.cuh"
 #include "pa_tile.cuh"
@@ -71,10 +72,10 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
         const PaSeq seq = pa_seq(p, item.b);
         int first;
         key_tiles(item, seq, first);
-        PaTileLoader<BM>().start(q_s,
-                                 static_cast<const pa_elem*>(p.q) + item.b * p.q_sb + item.h * p.q_sh +
-                                     (seq.q_start + item.row0) * p.q_sn,
-                                 p.q_sn, seq.seqlen_q - item.row0);
+        PaTileLoader<BM>().start(
+            q_s,
+            static_cast<const pa_elem*>(p.q) + item.b * p.q_sb + item.h * p.q_sh + (seq.q_start + item.row0) * p.q_sn,
+            p.q_sn, seq.seqlen_q - item.row0);
         kv_loader.start(k_s,
                         static_cast<const pa_elem*>(p.k) + item.b * p.k_sb + item.h_kv * p.k_sh +
                             (seq.k_start + (pa_i64)first * BN) * p.k_sn,

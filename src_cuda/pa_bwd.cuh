@@ -32,7 +32,7 @@ PA_DEVICE void pa_bwd_scores_to_grads(pa_mma_c (&s)[MT][SN], pa_mma_c (&dp)[MT][
                     const float x = s[mt][j][i];
                     float prob = 0.f;
                     if (!MASKED || pa_mask_visible(mask, query, key))
-                        prob = pa_exp2(pa_logit2(mod, query, key, x, scale_log2) - lse_s[query - q0]);
+                        prob = pa_exp2(pa_logit2_minus(mod, query, key, x, scale_log2, lse_s[query - q0]));
                     s[mt][j][i] = prob;
                     dp[mt][j][i] = pa_dlogit(mod, x, scale) * prob * (dp[mt][j][i] - delta_s[query - q0]);
                 }
@@ -43,6 +43,13 @@ template <bool KEY_ROWS, int MT, int SN, class Mod>
 PA_DEVICE void pa_bwd_grads(pa_mma_c (&s)[MT][SN], pa_mma_c (&dp)[MT][SN], const float* lse_s, const float* delta_s,
                             const PaMask& mask, const Mod& mod, float scale_log2, float scale, int row0, int col0,
                             int q0, bool masked) {
+    if constexpr (PaModActive<Mod>::value) {
+        if (!pa_mod_any(mod)) {
+            pa_bwd_grads<KEY_ROWS>(s, dp, lse_s, delta_s, mask, PaNoScoreMod{}, scale_log2, scale, row0, col0, q0,
+                                   masked);
+            return;
+        }
+    }
     if (masked)
         pa_bwd_scores_to_grads<KEY_ROWS, true>(s, dp, lse_s, delta_s, mask, mod, scale_log2, scale, row0, col0, q0);
     else

@@ -20,7 +20,7 @@ PA_DEVICE void pa_bwd_simt_grads(float* p_s, float* ds_s, const float* a_s, cons
         const float s = pa_simt_dot(a_s + r * PA_SIMT_LD, b_s + c * PA_SIMT_LD);
         const float dp = pa_simt_dot(a2_s + r * PA_SIMT_LD, b2_s + c * PA_SIMT_LD);
         const float prob = pa_mask_visible(mask, query, key)
-                               ? pa_exp2(pa_logit2(mod, query, key, s, scale_log2) - lse_s[query - q0])
+                               ? pa_exp2(pa_logit2_minus(mod, query, key, s, scale_log2, lse_s[query - q0]))
                                : 0.f;
         p_s[r * (COLS + 1) + c] = prob;
         ds_s[r * (COLS + 1) + c] = pa_dlogit(mod, s, scale) * prob * (dp - delta_s[query - q0]);

@@ -10,7 +10,7 @@
 #include "pa_mask.cuh"
 
 struct PaFwdParams {
-    const void* q;              // unit stride along D (all tensors)
+    const void* q;  // unit stride along D (all tensors)
     const void* k;
     const void* v;
     void* o;
@@ -27,13 +27,13 @@ struct PaFwdParams {
     pa_i64 mask_sb, mask_sh, mask_sn;
     pa_i64 alibi_sb;
     int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
-    int bottom_right;                // 1: the diagonal is aligned bottom-right in each sequence (0: upper-left)
-    int window_left, window_right;   // keys visible around the diagonal (PaMask; PA_MASK_NONE: unbounded)
-    int mask_kind;                   // PA_MASK_BOOL, ... (pa_mask.cuh) when mask is set
-    float scale;                     // softmax scale (>= 0; the host makes it so)
-    float scale_log2;                // scale times log2(e)
-    float softcap;                   // > 0: logits are softcap tanh(scale s / softcap)
-    int num_m_blocks;                // ceil(seqlen_q / PA_BLOCK_M)
+    int bottom_right;               // 1: the diagonal is aligned bottom-right in each sequence (0: upper-left)
+    int window_left, window_right;  // keys visible around the diagonal (PaMask; PA_MASK_NONE: unbounded)
+    int mask_kind;                  // PA_MASK_BOOL, ... (pa_mask.cuh) when mask is set
+    float scale;                    // softmax scale (>= 0; the host makes it so)
+    float scale_log2;               // scale times log2(e)
+    float softcap;                  // > 0: logits are softcap tanh(scale s / softcap)
+    int num_m_blocks;               // ceil(seqlen_q / PA_BLOCK_M)
 };
 
 // The (batch, head), key/value head and first query row of work item `work` (PA_BLOCK_M query rows of one head;

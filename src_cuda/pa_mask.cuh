@@ -16,7 +16,8 @@
 //   pa_mask_first_row(m, n0), pa_mask_rows_end(m, n0, cols)
 //                                            the query rows that see a key of [n0, n0 + cols) lie in [first, end)
 //
-// PaScoreMod (kernels compiled with PA_MASK_EXT, the extended masks): the softmax's logit of a visible score x of (row, key) is
+// PaScoreMod (kernels compiled with PA_MASK_EXT, the extended masks): the softmax's logit of a visible score x of (row,
+// key) is
 //   softcap > 0:  softcap tanh(scale x / softcap), else scale x;
 //   minus alibi_slope |row + offset - key|, plus mask[row, key] (an additive mask of float32, float16 or bfloat16),
 //   or -inf where a boolean mask[row, key] is 0.
@@ -66,14 +67,14 @@ PA_DEVICE bool pa_mask_visible(const PaMask& m, int row, int key) {
 }
 
 struct PaScoreMod {
-    float scale;                 // softmax scale
-    float softcap;               // > 0: logits are softcap tanh(scale x / softcap)
-    float alibi_slope;           // this head's ALiBi slope (0: none)
-    int offset;                  // the mask's diagonal offset (ALiBi distance)
-    const void* mask;            // mask rows of this (batch, head), element stride 1 along keys; or null
-    int mask_kind;               // PA_MASK_BOOL / _F32 / _F16 / _BF16
-    pa_i64 mask_sn;              // row stride of the mask (elements)
-    int rows;                    // query rows of the sequence (mask rows past it are not read)
+    float scale;        // softmax scale
+    float softcap;      // > 0: logits are softcap tanh(scale x / softcap)
+    float alibi_slope;  // this head's ALiBi slope (0: none)
+    int offset;         // the mask's diagonal offset (ALiBi distance)
+    const void* mask;   // mask rows of this (batch, head), element stride 1 along keys; or null
+    int mask_kind;      // PA_MASK_BOOL / _F32 / _F16 / _BF16
+    pa_i64 mask_sn;     // row stride of the mask (elements)
+    int rows;           // query rows of the sequence (mask rows past it are not read)
 };
 
 PA_DEVICE float pa_score_logit2(const PaScoreMod& mod, int row, int key, float x) {
@@ -83,10 +84,18 @@ PA_DEVICE float pa_score_logit2(const PaScoreMod& mod, int row, int key, float x
     if (mod.mask != nullptr && row < mod.rows) {
         const pa_i64 at = (pa_i64)row * mod.mask_sn + key;
         switch (mod.mask_kind) {
-        case PA_MASK_BOOL: t = static_cast<const unsigned char*>(mod.mask)[at] ? t : pa_neg_inf(); break;
-        case PA_MASK_F32: t += static_cast<const float*>(mod.mask)[at]; break;
-        case PA_MASK_F16: t += pa_f16_bits_to_float(static_cast<const unsigned short*>(mod.mask)[at]); break;
-        default: t += __uint_as_float((unsigned)static_cast<const unsigned short*>(mod.mask)[at] << 16); break;
+            case PA_MASK_BOOL:
+                t = static_cast<const unsigned char*>(mod.mask)[at] ? t : pa_neg_inf();
+                break;
+            case PA_MASK_F32:
+                t += static_cast<const float*>(mod.mask)[at];
+                break;
+            case PA_MASK_F16:
+                t += pa_f16_bits_to_float(static_cast<const unsigned short*>(mod.mask)[at]);
+                break;
+            default:
+                t += __uint_as_float((unsigned)static_cast<const unsigned short*>(mod.mask)[at] << 16);
+                break;
         }
     }
     return t * PA_LOG2E;
@@ -109,7 +118,8 @@ struct PaModActive<PaNoScoreMod> {
     static constexpr bool value = false;
 };
 // The logit (log2 units) of score x and its derivative by x, with or without modifiers (or with a function
-// (row, key, x) -> logit).
+// (row, key, x) -> logit); pa_logit2_minus(mod, row, key, x, scale_log2, m) is the logit minus m (one fused
+// multiply-add without modifiers).
 PA_DEVICE float pa_logit2(const PaNoScoreMod&, int, int, float x, float scale_log2) { return x * scale_log2; }
 template <class F>
 PA_DEVICE float pa_logit2(const F& logit2, int row, int key, float x, float) {
@@ -118,7 +128,21 @@ PA_DEVICE float pa_logit2(const F& logit2, int row, int key, float x, float) {
 PA_DEVICE float pa_logit2(const PaScoreMod& mod, int row, int key, float x, float) {
     return pa_score_logit2(mod, row, key, x);
 }
+template <class Mod>
+PA_DEVICE float pa_logit2_minus(const Mod& mod, int row, int key, float x, float scale_log2, float m) {
+    if constexpr (PaModActive<Mod>::value) return pa_logit2(mod, row, key, x, scale_log2) - m;
+    return fmaf(x, scale_log2, -m);
+}
 PA_DEVICE float pa_dlogit(const PaNoScoreMod&, float, float scale) { return scale; }
+// Whether a modifier changes any logit (a call of a PA_MASK_EXT kernel with windows or variable lengths only has
+// none, and takes the plain path).
+PA_DEVICE bool pa_mod_any(const PaScoreMod& mod) {
+    return mod.softcap > 0.f || mod.alibi_slope != 0.f || mod.mask != nullptr;
+}
+template <class F>
+PA_DEVICE bool pa_mod_any(const F&) {
+    return true;
+}
 PA_DEVICE float pa_dlogit(const PaScoreMod& mod, float x, float) { return pa_score_dlogit(mod, x); }
 
 // One sequence of a batch, from a family's parameters (members cu_seqlens_q / _k, seqlen_q / _k, bottom_right,
@@ -154,9 +178,8 @@ typedef PaScoreMod PaMod;
 template <class Params>
 PA_DEVICE PaScoreMod pa_seq_mod(const Params& p, const PaSeq& s, int b, int h) {
     const int mask_bytes = p.mask_kind == PA_MASK_BOOL ? 1 : p.mask_kind == PA_MASK_F32 ? 4 : 2;
-    const void* mask = p.mask == nullptr
-                           ? nullptr
-                           : static_cast<const char*>(p.mask) + (b * p.mask_sb + h * p.mask_sh) * mask_bytes;
+    const void* mask =
+        p.mask == nullptr ? nullptr : static_cast<const char*>(p.mask) + (b * p.mask_sb + h * p.mask_sh) * mask_bytes;
     const float slope = p.alibi_slopes == nullptr ? 0.f : p.alibi_slopes[b * p.alibi_sb + h];
     return PaScoreMod{p.scale, p.softcap, slope, s.mask.offset, mask, p.mask_kind, p.mask_sn, s.seqlen_q};
 }

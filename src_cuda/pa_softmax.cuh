@@ -107,6 +107,9 @@ PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, 
 template <int MT, int SN, class Keys, class Mod>
 PA_DEVICE bool pa_softmax_tile(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const Keys& keys, const Mod& mod,
                                float scale_log2, int row0, int n0, bool masked) {
+    if constexpr (PaModActive<Mod>::value) {
+        if (!pa_mod_any(mod)) return pa_softmax_tile(s, sm, keys, PaNoScoreMod{}, scale_log2, row0, n0, masked);
+    }
     return masked ? pa_softmax_tile_masked<true>(s, sm, keys, mod, scale_log2, row0, n0)
                   : pa_softmax_tile_masked<false>(s, sm, keys, mod, scale_log2, row0, n0);
 }

@@ -113,7 +113,6 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     float* lse_s = reinterpret_cast<float*>(ds_s + BM * LDS);  // STAGES buffers each of LSE (log2 units) and delta
     float* delta_s = lse_s + STAGES * BM;
 
-    const PaMask mask = pa_bwd_mask(p);
     // Block x: key block n of (batch, key/value head) bh, column slice c; consecutive blocks take the key blocks of
     // one head, which share its Q and dO in the L2 cache.
     const int per_head = p.num_n_blocks * PA_SPLIT;
@@ -121,29 +120,34 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     const int b = blockIdx.x / per_head / p.heads_kv, h_kv = blockIdx.x / per_head % p.heads_kv;
     const int n0 = n_block * BN;
     const int group = p.heads_q / p.heads_kv;
+    const PaSeq seq = pa_seq(p, b);
+    if (n0 >= seq.seqlen_k) return;  // past the end of a shorter sequence
+    const PaMask& mask = seq.mask;
 
     const PaTileLoader<BN> kv_loader;
-    kv_loader.start(k_s, static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh + (pa_i64)n0 * p.k_sn, p.k_sn,
-                    p.seqlen_k - n0);
-    kv_loader.start(v_s, static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh + (pa_i64)n0 * p.v_sn, p.v_sn,
-                    p.seqlen_k - n0);
+    kv_loader.start(k_s, static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh + (seq.k_start + n0) * p.k_sn,
+                    p.k_sn, seq.seqlen_k - n0);
+    kv_loader.start(v_s, static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh + (seq.k_start + n0) * p.v_sn,
+                    p.v_sn, seq.seqlen_k - n0);
 
     // The query tiles of every head of the group, in order: tile t holds query rows m_first + (t % per_group) BM..
     // of head h_kv group + t / per_group. start_tile(t) starts copying tile t into buffer t % STAGES.
     const int m_first = pa_mask_first_row(mask, n0) / BM * BM;
-    const int per_group = m_first < p.seqlen_q ? (p.seqlen_q - m_first + BM - 1) / BM : 0;
+    const int m_end = min(seq.seqlen_q, pa_mask_rows_end(mask, n0, BN));
+    const int per_group = m_first < m_end ? (m_end - m_first + BM - 1) / BM : 0;
     const int tiles = per_group * group;
     const PaTileLoader<BM> q_loader;
     auto start_tile = [&](int t) {
         const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM, buf = t % STAGES;
-        q_loader.start(q_s + buf * QT, static_cast<const pa_elem*>(p.q) + b * p.q_sb + h * p.q_sh + (pa_i64)m0 * p.q_sn,
-                       p.q_sn, p.seqlen_q - m0);
+        q_loader.start(q_s + buf * QT,
+                       static_cast<const pa_elem*>(p.q) + b * p.q_sb + h * p.q_sh + (seq.q_start + m0) * p.q_sn, p.q_sn,
+                       seq.seqlen_q - m0);
         q_loader.start(do_s + buf * QT,
-                       static_cast<const pa_elem*>(p.dout) + b * p.do_sb + h * p.do_sh + (pa_i64)m0 * p.do_sn, p.do_sn,
-                       p.seqlen_q - m0);
-        const pa_i64 row = ((pa_i64)b * p.heads_q + h) * p.seqlen_q + m0;
+                       static_cast<const pa_elem*>(p.dout) + b * p.do_sb + h * p.do_sh + (seq.q_start + m0) * p.do_sn,
+                       p.do_sn, seq.seqlen_q - m0);
+        const pa_i64 row = pa_bwd_row0(p, seq, b, h) + m0;
         for (int i = threadIdx.x; i < BM; i += PA_THREADS) {
-            const bool ok = m0 + i < p.seqlen_q;  // rows past the end get 0: their Q and dO rows are zeros
+            const bool ok = m0 + i < seq.seqlen_q;  // rows past the end get 0: their Q and dO rows are zeros
             pa_async_copy4(lse_s + buf * BM + i, ok ? p.lse_log2 + row + i : p.lse_log2, ok);
             pa_async_copy4(delta_s + buf * BM + i, ok ? p.delta + row + i : p.delta, ok);
         }
@@ -173,14 +177,14 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
         pa_mma_c s[MT][SM], ds[MT][SM];
         pa_tile_qk<MT, SM, BN, BM>(s, k_s, q_t);
         pa_tile_qk<MT, SM, BN, BM>(ds, v_s, do_t);
-        pa_bwd_grads<true>(s, ds, lse_s + buf * BM, delta_s + buf * BM, mask, p.scale_log2, p.scale, n0, m0, m0,
-                           pa_mask_tile_partial(mask, m0, n0, BN));
+        pa_bwd_grads<true>(s, ds, lse_s + buf * BM, delta_s + buf * BM, mask, pa_seq_mod(p, seq, b, h), p.scale_log2,
+                           p.scale, n0, m0, m0, pa_mask_tile_partial(mask, m0, BM, n0, BN));
         pa_tile_pv<MT, OC, BM, SM>(dv, s, do_t + c0);
         pa_tile_pv<MT, OC, BM, SM>(dk, ds, q_t + c0);
         if (p.dq_atomic) {
             store_ds_transposed(ds, ds_s);
             __syncthreads();
-            add_dq(ds_s, k_s, p.dq_accum + ((pa_i64)b * p.heads_q + h) * p.seqlen_q * D, m0, p.seqlen_q, c0);
+            add_dq(ds_s, k_s, p.dq_accum + pa_bwd_row0(p, seq, b, h) * D, m0, seq.seqlen_q, c0);
         }
         if (STAGES == 1 && t + 1 < tiles) {
             __syncthreads();  // every wave is done with the one buffer
@@ -190,8 +194,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     }
     pa_async_wait<0>();  // K and V of a block that no query sees
 
-    pa_elem* dk_out = static_cast<pa_elem*>(p.dk) + b * p.dk_sb + h_kv * p.dk_sh + c0;
-    pa_elem* dv_out = static_cast<pa_elem*>(p.dv) + b * p.dv_sb + h_kv * p.dv_sh + c0;
-    pa_bwd_store_rows(dk, dk_out + (pa_i64)n0 * p.dk_sn, p.dk_sn, 0, p.seqlen_k - n0, 1.f);
-    pa_bwd_store_rows(dv, dv_out + (pa_i64)n0 * p.dv_sn, p.dv_sn, 0, p.seqlen_k - n0, 1.f);
+    pa_elem* dk_out = static_cast<pa_elem*>(p.dk) + b * p.dk_sb + h_kv * p.dk_sh + seq.k_start * p.dk_sn + c0;
+    pa_elem* dv_out = static_cast<pa_elem*>(p.dv) + b * p.dv_sb + h_kv * p.dv_sh + seq.k_start * p.dv_sn + c0;
+    pa_bwd_store_rows(dk, dk_out + (pa_i64)n0 * p.dk_sn, p.dk_sn, 0, seq.seqlen_k - n0, 1.f);
+    pa_bwd_store_rows(dv, dv_out + (pa_i64)n0 * p.dv_sn, p.dv_sn, 0, seq.seqlen_k - n0, 1.f);
 }

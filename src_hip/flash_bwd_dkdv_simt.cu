@@ -43,14 +43,17 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dkdv_si
     float* lse_s = ds_s + BN * LDT;
     float* delta_s = lse_s + BM;
 
-    const PaMask mask = pa_bwd_mask(p);
     const int b = blockIdx.x / p.num_n_blocks / p.heads_kv, h_kv = blockIdx.x / p.num_n_blocks % p.heads_kv;
     const int n0 = blockIdx.x % p.num_n_blocks * BN;
     const int group = p.heads_q / p.heads_kv;
-    pa_simt_load_tile(k_s, static_cast<const float*>(p.k) + b * p.k_sb + h_kv * p.k_sh + (pa_i64)n0 * p.k_sn, p.k_sn,
-                      BN, p.seqlen_k - n0);
-    pa_simt_load_tile(v_s, static_cast<const float*>(p.v) + b * p.v_sb + h_kv * p.v_sh + (pa_i64)n0 * p.v_sn, p.v_sn,
-                      BN, p.seqlen_k - n0);
+    const PaSeq seq = pa_seq(p, b);
+    if (n0 >= seq.seqlen_k) return;  // past the end of a shorter sequence
+    const PaMask& mask = seq.mask;
+    pa_simt_load_tile(k_s, static_cast<const float*>(p.k) + b * p.k_sb + h_kv * p.k_sh + (seq.k_start + n0) * p.k_sn,
+                      p.k_sn, BN, seq.seqlen_k - n0);
+    pa_simt_load_tile(v_s, static_cast<const float*>(p.v) + b * p.v_sb + h_kv * p.v_sh + (seq.k_start + n0) * p.v_sn,
+                      p.v_sn, BN, seq.seqlen_k - n0);
+    const int m_end = min(seq.seqlen_q, pa_mask_rows_end(mask, n0, BN));
 
     const int kr = threadIdx.x / TPR, kc = threadIdx.x % TPR;  // this thread's key row and first column
     const int qr = threadIdx.x / TPQ, qc = threadIdx.x % TPQ;  // ... query row and first column of dQ
@@ -60,17 +63,17 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dkdv_si
 
     for (int g = 0; g < group; ++g) {
         const int h = h_kv * group + g;
-        const pa_i64 bh = (pa_i64)b * p.heads_q + h;
-        const float* q = static_cast<const float*>(p.q) + b * p.q_sb + h * p.q_sh;
-        const float* dout = static_cast<const float*>(p.dout) + b * p.do_sb + h * p.do_sh;
-        for (int m0 = pa_mask_first_row(mask, n0) / BM * BM; m0 < p.seqlen_q; m0 += BM) {
+        const pa_i64 rows = pa_bwd_row0(p, seq, b, h);
+        const float* q = static_cast<const float*>(p.q) + b * p.q_sb + h * p.q_sh + seq.q_start * p.q_sn;
+        const float* dout = static_cast<const float*>(p.dout) + b * p.do_sb + h * p.do_sh + seq.q_start * p.do_sn;
+        for (int m0 = pa_mask_first_row(mask, n0) / BM * BM; m0 < m_end; m0 += BM) {
             __syncthreads();  // every thread is done with the previous tile
-            pa_simt_load_tile(q_s, q + (pa_i64)m0 * p.q_sn, p.q_sn, BM, p.seqlen_q - m0);
-            pa_simt_load_tile(do_s, dout + (pa_i64)m0 * p.do_sn, p.do_sn, BM, p.seqlen_q - m0);
-            pa_bwd_load_rows<BM>(lse_s, delta_s, p, bh, m0);
+            pa_simt_load_tile(q_s, q + (pa_i64)m0 * p.q_sn, p.q_sn, BM, seq.seqlen_q - m0);
+            pa_simt_load_tile(do_s, dout + (pa_i64)m0 * p.do_sn, p.do_sn, BM, seq.seqlen_q - m0);
+            pa_bwd_load_rows<BM>(lse_s, delta_s, p, rows, seq.seqlen_q, m0);
             __syncthreads();
-            pa_bwd_simt_grads<true, BN, BM>(p_s, ds_s, k_s, q_s, v_s, do_s, lse_s, delta_s, mask, p.scale_log2, p.scale,
-                                            n0, m0, m0);
+            pa_bwd_simt_grads<true, BN, BM>(p_s, ds_s, k_s, q_s, v_s, do_s, lse_s, delta_s, mask,
+                                            pa_seq_mod(p, seq, b, h), p.scale_log2, p.scale, n0, m0, m0);
             __syncthreads();
 #pragma unroll 2
             for (int m = 0; m < BM; ++m) {
@@ -81,7 +84,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dkdv_si
                     dk[j] = fmaf(dsm, q_s[m * LD + kc + TPR * j], dk[j]);
                 }
             }
-            if (p.dq_atomic && m0 + qr < p.seqlen_q) {
+            if (p.dq_atomic && m0 + qr < seq.seqlen_q) {
                 float dq[QC];
 #pragma unroll
                 for (int j = 0; j < QC; ++j) dq[j] = 0.f;
@@ -91,16 +94,16 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dkdv_si
 #pragma unroll
                     for (int j = 0; j < QC; ++j) dq[j] = fmaf(dsn, k_s[n * LD + qc + TPQ * j], dq[j]);
                 }
-                float* row = p.dq_accum + (bh * p.seqlen_q + m0 + qr) * D;
+                float* row = p.dq_accum + (rows + m0 + qr) * D;
 #pragma unroll
                 for (int j = 0; j < QC; ++j) atomicAdd(row + qc + TPQ * j, dq[j]);
             }
         }
     }
 
-    if (n0 + kr >= p.seqlen_k) return;
-    float* dk_row = static_cast<float*>(p.dk) + b * p.dk_sb + h_kv * p.dk_sh + (pa_i64)(n0 + kr) * p.dk_sn;
-    float* dv_row = static_cast<float*>(p.dv) + b * p.dv_sb + h_kv * p.dv_sh + (pa_i64)(n0 + kr) * p.dv_sn;
+    if (n0 + kr >= seq.seqlen_k) return;
+    float* dk_row = static_cast<float*>(p.dk) + b * p.dk_sb + h_kv * p.dk_sh + (seq.k_start + n0 + kr) * p.dk_sn;
+    float* dv_row = static_cast<float*>(p.dv) + b * p.dv_sb + h_kv * p.dv_sh + (seq.k_start + n0 + kr) * p.dv_sn;
 #pragma unroll
     for (int j = 0; j < KC; ++j) {
         dk_row[kc + TPR * j] = dk[j];

@@ -49,22 +49,24 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     float* lse_s = reinterpret_cast<float*>(v_s + pa_tile_elems<BN>());
     float* delta_s = lse_s + BM;
 
-    const PaMask mask = pa_bwd_mask(p);
     // Block x: query block m of (batch, head) bh, column slice c.
     const int per_head = p.num_m_blocks * PA_SPLIT;
     const int m_block = blockIdx.x % per_head / PA_SPLIT, c0 = blockIdx.x % PA_SPLIT * DC;
     const int b = blockIdx.x / per_head / p.heads_q, h = blockIdx.x / per_head % p.heads_q;
     const int h_kv = h / (p.heads_q / p.heads_kv);
     const int m0 = m_block * BM;
-    const pa_i64 bh = (pa_i64)b * p.heads_q + h;
+    const PaSeq seq = pa_seq(p, b);
+    if (m0 >= seq.seqlen_q) return;  // past the end of a shorter sequence
+    const PaMask& mask = seq.mask;
+    const PaMod mod = pa_seq_mod(p, seq, b, h);
 
     const PaTileLoader<BM> q_loader;
-    q_loader.start(q_s, static_cast<const pa_elem*>(p.q) + b * p.q_sb + h * p.q_sh + (pa_i64)m0 * p.q_sn, p.q_sn,
-                   p.seqlen_q - m0);
-    q_loader.start(do_s, static_cast<const pa_elem*>(p.dout) + b * p.do_sb + h * p.do_sh + (pa_i64)m0 * p.do_sn,
-                   p.do_sn, p.seqlen_q - m0);
+    q_loader.start(q_s, static_cast<const pa_elem*>(p.q) + b * p.q_sb + h * p.q_sh + (seq.q_start + m0) * p.q_sn,
+                   p.q_sn, seq.seqlen_q - m0);
+    q_loader.start(do_s, static_cast<const pa_elem*>(p.dout) + b * p.do_sb + h * p.do_sh + (seq.q_start + m0) * p.do_sn,
+                   p.do_sn, seq.seqlen_q - m0);
     pa_async_commit();
-    pa_bwd_load_rows<BM>(lse_s, delta_s, p, bh, m0);
+    pa_bwd_load_rows<BM>(lse_s, delta_s, p, pa_bwd_row0(p, seq, b, h), seq.seqlen_q, m0);
 
     pa_mma_c dq[MT][OC];
 #pragma unroll
@@ -74,15 +76,14 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
 #pragma unroll
             for (int i = 0; i < PA_MMA_C_REGS; ++i) dq[mt][j][i] = 0.f;
 
-    const pa_elem* k = static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh;
-    const pa_elem* v = static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh;
+    const pa_elem* k = static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh + seq.k_start * p.k_sn;
+    const pa_elem* v = static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh + seq.k_start * p.v_sn;
     const PaTileLoader<BN> kv_loader;
-    const int n_tiles = (pa_mask_rows_key_end(mask, m0, BM) + BN - 1) / BN;
-    for (int tile = 0; tile < n_tiles; ++tile) {
-        const int n0 = tile * BN;
+    const int n_end = pa_mask_rows_key_end(mask, m0, BM);
+    for (int n0 = pa_mask_rows_key_begin(mask, m0) / BN * BN; n0 < n_end; n0 += BN) {
         __syncthreads();  // every wave is done with the previous K and V
-        kv_loader.start(k_s, k + (pa_i64)n0 * p.k_sn, p.k_sn, p.seqlen_k - n0);
-        kv_loader.start(v_s, v + (pa_i64)n0 * p.v_sn, p.v_sn, p.seqlen_k - n0);
+        kv_loader.start(k_s, k + (pa_i64)n0 * p.k_sn, p.k_sn, seq.seqlen_k - n0);
+        kv_loader.start(v_s, v + (pa_i64)n0 * p.v_sn, p.v_sn, seq.seqlen_k - n0);
         pa_async_commit();
         pa_async_wait<0>();
         __syncthreads();
@@ -90,12 +91,12 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
         pa_mma_c s[MT][SN], ds[MT][SN];
         pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s);
         pa_tile_qk<MT, SN, BM, BN>(ds, do_s, v_s);
-        pa_bwd_grads<false>(s, ds, lse_s, delta_s, mask, p.scale_log2, p.scale, m0, n0, m0,
-                            pa_mask_tile_partial(mask, m0, n0, BN));
+        pa_bwd_grads<false>(s, ds, lse_s, delta_s, mask, mod, p.scale_log2, p.scale, m0, n0, m0,
+                            pa_mask_tile_partial(mask, m0, BM, n0, BN));
         pa_tile_pv<MT, OC, BN, SN>(dq, ds, k_s + c0);
     }
     pa_async_wait<0>();  // Q and dO of a block that sees no key
 
-    pa_elem* dq_out = static_cast<pa_elem*>(p.dq) + b * p.dq_sb + h * p.dq_sh + c0;
-    pa_bwd_store_rows(dq, dq_out + (pa_i64)m0 * p.dq_sn, p.dq_sn, 0, p.seqlen_q - m0, 1.f);
+    pa_elem* dq_out = static_cast<pa_elem*>(p.dq) + b * p.dq_sb + h * p.dq_sh + seq.q_start * p.dq_sn + c0;
+    pa_bwd_store_rows(dq, dq_out + (pa_i64)m0 * p.dq_sn, p.dq_sn, 0, seq.seqlen_q - m0, 1.f);
 }

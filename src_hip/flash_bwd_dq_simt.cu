@@ -39,31 +39,33 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dq_simt
     float* lse_s = ds_s + BM * LDT;
     float* delta_s = lse_s + BM;
 
-    const PaMask mask = pa_bwd_mask(p);
     const int b = blockIdx.x / p.num_m_blocks / p.heads_q, h = blockIdx.x / p.num_m_blocks % p.heads_q;
     const int h_kv = h / (p.heads_q / p.heads_kv);
     const int m0 = blockIdx.x % p.num_m_blocks * BM;
-    const pa_i64 bh = (pa_i64)b * p.heads_q + h;
-    pa_simt_load_tile(q_s, static_cast<const float*>(p.q) + b * p.q_sb + h * p.q_sh + (pa_i64)m0 * p.q_sn, p.q_sn, BM,
-                      p.seqlen_q - m0);
-    pa_simt_load_tile(do_s, static_cast<const float*>(p.dout) + b * p.do_sb + h * p.do_sh + (pa_i64)m0 * p.do_sn,
-                      p.do_sn, BM, p.seqlen_q - m0);
-    pa_bwd_load_rows<BM>(lse_s, delta_s, p, bh, m0);
+    const PaSeq seq = pa_seq(p, b);
+    if (m0 >= seq.seqlen_q) return;  // past the end of a shorter sequence
+    const PaMask& mask = seq.mask;
+    pa_simt_load_tile(q_s, static_cast<const float*>(p.q) + b * p.q_sb + h * p.q_sh + (seq.q_start + m0) * p.q_sn,
+                      p.q_sn, BM, seq.seqlen_q - m0);
+    pa_simt_load_tile(do_s,
+                      static_cast<const float*>(p.dout) + b * p.do_sb + h * p.do_sh + (seq.q_start + m0) * p.do_sn,
+                      p.do_sn, BM, seq.seqlen_q - m0);
+    pa_bwd_load_rows<BM>(lse_s, delta_s, p, pa_bwd_row0(p, seq, b, h), seq.seqlen_q, m0);
 
     const int qr = threadIdx.x / TPQ, qc = threadIdx.x % TPQ;
     float dq[QC];
 #pragma unroll
     for (int j = 0; j < QC; ++j) dq[j] = 0.f;
-    const float* k = static_cast<const float*>(p.k) + b * p.k_sb + h_kv * p.k_sh;
-    const float* v = static_cast<const float*>(p.v) + b * p.v_sb + h_kv * p.v_sh;
+    const float* k = static_cast<const float*>(p.k) + b * p.k_sb + h_kv * p.k_sh + seq.k_start * p.k_sn;
+    const float* v = static_cast<const float*>(p.v) + b * p.v_sb + h_kv * p.v_sh + seq.k_start * p.v_sn;
     const int n_end = pa_mask_rows_key_end(mask, m0, BM);
-    for (int n0 = 0; n0 < n_end; n0 += BN) {
+    for (int n0 = pa_mask_rows_key_begin(mask, m0) / BN * BN; n0 < n_end; n0 += BN) {
         __syncthreads();  // every thread is done with the previous K, V, P and dS
-        pa_simt_load_tile(k_s, k + (pa_i64)n0 * p.k_sn, p.k_sn, BN, p.seqlen_k - n0);
-        pa_simt_load_tile(v_s, v + (pa_i64)n0 * p.v_sn, p.v_sn, BN, p.seqlen_k - n0);
+        pa_simt_load_tile(k_s, k + (pa_i64)n0 * p.k_sn, p.k_sn, BN, seq.seqlen_k - n0);
+        pa_simt_load_tile(v_s, v + (pa_i64)n0 * p.v_sn, p.v_sn, BN, seq.seqlen_k - n0);
         __syncthreads();
-        pa_bwd_simt_grads<false, BM, BN>(p_s, ds_s, q_s, k_s, do_s, v_s, lse_s, delta_s, mask, p.scale_log2, p.scale,
-                                         m0, n0, m0);
+        pa_bwd_simt_grads<false, BM, BN>(p_s, ds_s, q_s, k_s, do_s, v_s, lse_s, delta_s, mask, pa_seq_mod(p, seq, b, h),
+                                         p.scale_log2, p.scale, m0, n0, m0);
         __syncthreads();
 #pragma unroll 2
         for (int n = 0; n < BN; ++n) {
@@ -73,8 +75,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dq_simt
         }
     }
 
-    if (m0 + qr >= p.seqlen_q) return;
-    float* row = static_cast<float*>(p.dq) + b * p.dq_sb + h * p.dq_sh + (pa_i64)(m0 + qr) * p.dq_sn;
+    if (m0 + qr >= seq.seqlen_q) return;
+    float* row = static_cast<float*>(p.dq) + b * p.dq_sb + h * p.dq_sh + (seq.q_start + m0 + qr) * p.dq_sn;
 #pragma unroll
     for (int j = 0; j < QC; ++j) row[qc + TPQ * j] = dq[j];
 }

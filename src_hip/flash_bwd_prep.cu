@@ -22,11 +22,12 @@ static_assert(D % RL == 0 && PA_THREADS % RL == 0 && RL <= PA_WARP_SIZE, "bad PA
 extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_bwd_prep(const PaBwdParams p) {
     const pa_i64 row = (pa_i64)blockIdx.x * (PA_THREADS / RL) + threadIdx.x / RL;
     const int lane = threadIdx.x % RL;
-    const pa_i64 rows = (pa_i64)p.batch * p.heads_q * p.seqlen_q;
+    // The row arrays: [B, Hq, total_q], or [1, Hq, total_q] for packed sequences (rows of q are then tokens).
+    const pa_i64 rows = (pa_i64)(p.cu_seqlens_q != nullptr ? 1 : p.batch) * p.heads_q * p.total_q;
     // Every lane of a row group takes part in the reduction, also past the last row.
     const pa_i64 r = row < rows ? row : rows - 1;
-    const int i = (int)(r % p.seqlen_q);
-    const pa_i64 bh = r / p.seqlen_q;
+    const int i = (int)(r % p.total_q);
+    const pa_i64 bh = r / p.total_q;
     const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
     const pa_elem* o = static_cast<const pa_elem*>(p.o) + b * p.o_sb + h * p.o_sh + i * p.o_sn;
     const pa_elem* dout = static_cast<const pa_elem*>(p.dout) + b * p.do_sb + h * p.do_sh + i * p.do_sn;

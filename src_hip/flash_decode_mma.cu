@@ -125,7 +125,10 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_decode_mma(
         }
         pa_mma_c s[MT][SN];
         pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s + slot * KV);
-        if (pa_softmax_tile(s, sm, key_end, p.scale_log2, row0, n0, n0 + BN > min_key_end)) pa_softmax_rescale(acc, sm);
+        if (pa_softmax_tile(
+                s, sm, [&](int r) { return PaKeyRange{0, key_end(r)}; }, PaNoScoreMod{}, p.scale_log2, row0, n0,
+                n0 + BN > min_key_end))
+            pa_softmax_rescale(acc, sm);
         pa_tile_pv<MT, ON, BN, SN>(acc, s, v_s + slot * KV);
     }
     pa_async_wait<0>();

@@ -10,7 +10,9 @@
 //
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_MIN_BLOCKS (blocks per SM
 // the registers must allow), PA_PERSISTENT (blocks loop over work items), PA_SMEM_BYTES (the dynamic shared memory
-// the host launches with), PA_BF16, PA_F32, PA_MMA_WGMMA.
+// the host launches with), PA_BF16, PA_F32, PA_MMA_WGMMA, PA_MASK_EXT (variable lengths, sliding windows,
+// softcap, ALiBi, attention masks; pa_fwd_params.cuh). Only the key tiles some row of the block sees are loaded: a
+// sliding window costs its width.
 #include "pa_fwd_params.cuh"
 #include "pa_softmax.cuh"
 #include "pa_tile.cuh"
@@ -53,21 +55,32 @@ PA_DEVICE pa_i64 work_item(int pass) {
 
 extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash_fwd_mma(const PaFwdParams p) {
     extern __shared__ float4 pa_smem4[];
-    const PaMask mask = pa_fwd_mask(p);
     pa_elem* q_s = pa_tile_base(pa_smem4);     // BM rows
     pa_elem* k_s = q_s + pa_tile_elems<BM>();  // PA_TILE_STAGES tiles of BN rows
     pa_elem* v_s = k_s + PA_TILE_STAGES * KV;  // PA_TILE_STAGES tiles of BN rows
 
     const pa_i64 works = (pa_i64)p.num_m_blocks * p.batch * p.heads_q;
     const PaTileLoader<BN> kv_loader;
+    // The key tiles [first, first + count) that some row of the item sees.
+    auto key_tiles = [&](const PaBlock& item, const PaSeq& seq, int& first) {
+        first = pa_mask_rows_key_begin(seq.mask, item.row0) / BN;
+        const int end = item.row0 < seq.seqlen_q ? (pa_mask_rows_key_end(seq.mask, item.row0, BM) + BN - 1) / BN : 0;
+        return max(0, end - first);
+    };
     // Start loading Q and the first K tile of work item w.
     auto start_item = [&](pa_i64 w) {
         const PaBlock item = pa_block_coords(p, BM, (int)w);
+        const PaSeq seq = pa_seq(p, item.b);
+        int first;
+        key_tiles(item, seq, first);
         PaTileLoader<BM>().start(
-            q_s, static_cast<const pa_elem*>(p.q) + item.b * p.q_sb + item.h * p.q_sh + (pa_i64)item.row0 * p.q_sn,
-            p.q_sn, p.seqlen_q - item.row0);
-        kv_loader.start(k_s, static_cast<const pa_elem*>(p.k) + item.b * p.k_sb + item.h_kv * p.k_sh, p.k_sn,
-                        p.seqlen_k);
+            q_s,
+            static_cast<const pa_elem*>(p.q) + item.b * p.q_sb + item.h * p.q_sh + (seq.q_start + item.row0) * p.q_sn,
+            p.q_sn, seq.seqlen_q - item.row0);
+        kv_loader.start(k_s,
+                        static_cast<const pa_elem*>(p.k) + item.b * p.k_sb + item.h_kv * p.k_sh +
+                            (seq.k_start + (pa_i64)first * BN) * p.k_sn,
+                        p.k_sn, seq.seqlen_k - first * BN);
     };
     start_item(work_item(0));  // the block's own item (the grid never has more blocks than items)
     for (int pass = 0; pass == 0 || PERSISTENT; ++pass) {
@@ -76,18 +89,22 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
         const bool has_next = PERSISTENT && next < works;
         const PaBlock blk = pa_block_coords(p, BM, (int)work);
         const int b = blk.b, h = blk.h, h_kv = blk.h_kv, row0 = blk.row0;
+        const PaSeq seq = pa_seq(p, b);
+        int first;
+        const int n_tiles = key_tiles(blk, seq, first);
+        const PaMod mod = pa_seq_mod(p, seq, b, h);
 
-        const pa_elem* k = static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh;
-        const pa_elem* v = static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh;
-        // Start loading K or V of tile t into its buffer.
+        const pa_elem* k = static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh + seq.k_start * p.k_sn;
+        const pa_elem* v = static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh + seq.k_start * p.v_sn;
+        // Start loading K or V of the item's key tile t (tile first + t) into its buffer.
         auto load_k = [&](int t) {
-            kv_loader.start(k_s + t % PA_TILE_STAGES * KV, k + (pa_i64)t * BN * p.k_sn, p.k_sn, p.seqlen_k - t * BN);
+            const int n0 = (first + t) * BN;
+            kv_loader.start(k_s + t % PA_TILE_STAGES * KV, k + (pa_i64)n0 * p.k_sn, p.k_sn, seq.seqlen_k - n0);
         };
         auto load_v = [&](int t) {
-            kv_loader.start(v_s + t % PA_TILE_STAGES * KV, v + (pa_i64)t * BN * p.v_sn, p.v_sn, p.seqlen_k - t * BN);
+            const int n0 = (first + t) * BN;
+            kv_loader.start(v_s + t % PA_TILE_STAGES * KV, v + (pa_i64)n0 * p.v_sn, p.v_sn, seq.seqlen_k - n0);
         };
-
-        const int n_tiles = (pa_mask_rows_key_end(mask, row0, BM) + BN - 1) / BN;
 
         pa_mma_c acc[MT][ON];
         PaSoftmax<MT> sm;
@@ -126,14 +143,17 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
                 } else {
                     pa_tile_wait_scores<0>(s);
                 }
-                const bool any_rescale = pa_softmax_tile(s, sm, mask, p.scale_log2, row0, tile * BN);
+                const bool any_rescale =
+                    pa_softmax_tile(s, sm, seq.mask, mod, p.scale_log2, row0, BM, (first + tile) * BN);
                 pa_tile_wait_all(acc);
                 if (any_rescale) pa_softmax_rescale(acc, sm);
                 pa_tile_to_a(probs, s);
             }
             next_step(n_tiles);
-            pa_tile_pv_start<MT, ON, BN>(acc, probs, v_s + (n_tiles - 1) % PA_TILE_STAGES * KV);
-            pa_tile_wait_all(acc);
+            if (n_tiles > 0) {
+                pa_tile_pv_start<MT, ON, BN>(acc, probs, v_s + (n_tiles - 1) % PA_TILE_STAGES * KV);
+                pa_tile_wait_all(acc);
+            }
         }
 #else
         {
@@ -147,7 +167,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
                 pa_async_commit();
                 pa_mma_c s[MT][SN];
                 pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s);
-                if (pa_softmax_tile(s, sm, mask, p.scale_log2, row0, tile * BN)) pa_softmax_rescale(acc, sm);
+                if (pa_softmax_tile(s, sm, seq.mask, mod, p.scale_log2, row0, BM, (first + tile) * BN))
+                    pa_softmax_rescale(acc, sm);
                 pa_async_wait<0>();
                 __syncthreads();  // V of this tile has landed; every wave is done with K
                 if (tile + 1 < n_tiles) {
@@ -159,10 +180,19 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
                 }
                 pa_tile_pv<MT, ON, BN, SN>(acc, s, v_s);
             }
+            if (n_tiles == 0) {  // no key visible: the next item's loads must not race this item's
+                pa_async_wait<0>();
+                __syncthreads();
+                if (has_next) {
+                    start_item(next);
+                    pa_async_commit();
+                }
+            }
         }
 #endif
 
-        pa_softmax_store(acc, sm, static_cast<pa_elem*>(p.o) + b * p.o_sb + h * p.o_sh, p.o_sn, row0, p.seqlen_q,
-                         p.lse == nullptr ? nullptr : p.lse + ((pa_i64)b * p.heads_q + h) * p.seqlen_q);
+        pa_softmax_store(acc, sm, static_cast<pa_elem*>(p.o) + b * p.o_sb + h * p.o_sh + seq.q_start * p.o_sn, p.o_sn,
+                         row0, seq.seqlen_q,
+                         p.lse == nullptr ? nullptr : p.lse + b * p.lse_sb + h * p.lse_sh + seq.q_start);
     }
 }

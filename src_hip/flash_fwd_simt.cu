@@ -9,7 +9,8 @@
 // PA_ROW_LANES row groups ("ty"). Each thread owns ROWS query rows, KEYS key columns of the score tile and COLS
 // output columns; row maxima and sums are reduced across the row group's lanes.
 //
-// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_ROW_LANES, PA_SMEM_BYTES.
+// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_ROW_LANES, PA_SMEM_BYTES,
+// PA_MASK_EXT (variable lengths, sliding windows, softcap, ALiBi, attention masks; pa_fwd_params.cuh).
 #include "pa_fwd_params.cuh"
 #include "pa_simt.cuh"
 
@@ -50,18 +51,21 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_simt(const
     float* kv_s = q_s + BM * LD;                      // [BN][LD], holds K then V of the current tile
     float* p_s = kv_s + BN * LD;                      // [BM][LDP]
 
-    const PaMask mask = pa_fwd_mask(p);
     const PaBlock blk = pa_block_coords(p, BM);
     const int b = blk.b, h = blk.h, h_kv = blk.h_kv, row0 = blk.row0;
+    const PaSeq seq = pa_seq(p, b);
+    if (row0 >= seq.seqlen_q) return;  // past the end of a shorter sequence
+    const PaMask& mask = seq.mask;
+    const PaMod mod = pa_seq_mod(p, seq, b, h);
 
-    const float* q = static_cast<const float*>(p.q) + b * p.q_sb + h * p.q_sh + (pa_i64)row0 * p.q_sn;
-    const float* k = static_cast<const float*>(p.k) + b * p.k_sb + h_kv * p.k_sh;
-    const float* v = static_cast<const float*>(p.v) + b * p.v_sb + h_kv * p.v_sh;
+    const float* q = static_cast<const float*>(p.q) + b * p.q_sb + h * p.q_sh + (seq.q_start + row0) * p.q_sn;
+    const float* k = static_cast<const float*>(p.k) + b * p.k_sb + h_kv * p.k_sh + seq.k_start * p.k_sn;
+    const float* v = static_cast<const float*>(p.v) + b * p.v_sb + h_kv * p.v_sh + seq.k_start * p.v_sn;
 
     const int tx = (int)threadIdx.x % TX;
     const int ty = (int)threadIdx.x / TX;
 
-    pa_simt_load_tile(q_s, q, p.q_sn, BM, p.seqlen_q - row0);
+    pa_simt_load_tile(q_s, q, p.q_sn, BM, seq.seqlen_q - row0);
 
     float acc[ROWS][COLS];
     float row_max[ROWS];
@@ -75,9 +79,9 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_simt(const
     }
 
     const int n_end = pa_mask_rows_key_end(mask, row0, BM);
-    for (int n0 = 0; n0 < n_end; n0 += BN) {
+    for (int n0 = pa_mask_rows_key_begin(mask, row0) / BN * BN; n0 < n_end; n0 += BN) {
         __syncthreads();  // previous V tile fully consumed
-        pa_simt_load_tile(kv_s, k + (pa_i64)n0 * p.k_sn, p.k_sn, BN, p.seqlen_k - n0);
+        pa_simt_load_tile(kv_s, k + (pa_i64)n0 * p.k_sn, p.k_sn, BN, seq.seqlen_k - n0);
         __syncthreads();
 
         float s[ROWS][KEYS];
@@ -103,12 +107,14 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_simt(const
         // Online softmax update (base 2). Masked and padded keys score -inf.
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
-            const int key_end = pa_mask_key_end(mask, row0 + ty * ROWS + i);
+            const int row = row0 + ty * ROWS + i;
+            const int key_begin = pa_mask_key_begin(mask, row), key_end = pa_mask_key_end(mask, row);
             float tile_max = pa_neg_inf();
 #pragma unroll
             for (int j = 0; j < KEYS; ++j) {
-                const bool visible = n0 + tx + TX * j < key_end;
-                s[i][j] = visible ? s[i][j] * p.scale_log2 : pa_neg_inf();
+                const int key = n0 + tx + TX * j;
+                const bool visible = key >= key_begin && key < key_end;
+                s[i][j] = visible ? pa_logit2(mod, row, key, s[i][j], p.scale_log2) : pa_neg_inf();
                 tile_max = fmaxf(tile_max, s[i][j]);
             }
             tile_max = pa_group_max<TX>(tile_max);
@@ -129,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_simt(const
         }
 
         __syncthreads();  // K tile consumed, probabilities visible
-        pa_simt_load_tile(kv_s, v + (pa_i64)n0 * p.v_sn, p.v_sn, BN, p.seqlen_k - n0);
+        pa_simt_load_tile(kv_s, v + (pa_i64)n0 * p.v_sn, p.v_sn, BN, seq.seqlen_k - n0);
         __syncthreads();
 
 #pragma unroll 2
@@ -153,19 +159,19 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_fwd_simt(const
         }
     }
 
-    float* o = static_cast<float*>(p.o) + b * p.o_sb + h * p.o_sh;
+    float* o = static_cast<float*>(p.o) + b * p.o_sb + h * p.o_sh + seq.q_start * p.o_sn;
 #pragma unroll
     for (int i = 0; i < ROWS; ++i) {
         const int row = row0 + ty * ROWS + i;
         const float total = pa_group_sum<TX>(row_sum[i]);
-        if (row >= p.seqlen_q) continue;
-        const float inv = 1.f / total;
+        if (row >= seq.seqlen_q) continue;
+        const float inv = total > 0.f ? 1.f / total : 0.f;  // a row that sees no key gives zeros
 #pragma unroll
         for (int ch = 0; ch < CHUNKS; ++ch)
 #pragma unroll
             for (int e = 0; e < VW; ++e)
                 o[(pa_i64)row * p.o_sn + ch * TX * VW + tx * VW + e] = acc[i][ch * VW + e] * inv;
         if (p.lse != nullptr && tx == 0)
-            p.lse[((pa_i64)b * p.heads_q + h) * p.seqlen_q + row] = pa_row_lse(row_max[i], total);
+            p.lse[b * p.lse_sb + h * p.lse_sh + seq.q_start + row] = pa_row_lse(row_max[i], total);
     }
 }

@@ -10,13 +10,14 @@
 #include "pa_bwd_params.cuh"
 #include "pa_tile.cuh"
 
-// s: scores -> probabilities P; dp: dO V^T -> dS = scale * P * (dP - delta). The tile's rows start at row0 and its
-// columns at col0 (global indices); lse_s / delta_s hold the query rows' LSE (log2 units) and delta from q0 on. MASKED:
-// some elements are hidden (the causal diagonal, keys past the end) and get P = dS = 0.
-template <bool KEY_ROWS, bool MASKED, int MT, int SN>
+// s: scores -> probabilities P; dp: dO V^T -> dS = dlogit * P * (dP - delta) (dlogit: the scale, or the derivative of
+// the modified logit, pa_mask.cuh). The tile's rows start at row0 and its columns at col0 (indices in the sequence);
+// lse_s / delta_s hold the query rows' LSE (log2 units) and delta from q0 on. MASKED: some elements are hidden (the
+// causal diagonal, a window, keys past the end) and get P = dS = 0.
+template <bool KEY_ROWS, bool MASKED, int MT, int SN, class Mod>
 PA_DEVICE void pa_bwd_scores_to_grads(pa_mma_c (&s)[MT][SN], pa_mma_c (&dp)[MT][SN], const float* lse_s,
-                                      const float* delta_s, const PaMask& mask, float scale_log2, float scale, int row0,
-                                      int col0, int q0) {
+                                      const float* delta_s, const PaMask& mask, const Mod& mod, float scale_log2,
+                                      float scale, int row0, int col0, int q0) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -29,23 +30,31 @@ PA_DEVICE void pa_bwd_scores_to_grads(pa_mma_c (&s)[MT][SN], pa_mma_c (&dp)[MT][
                     const int col = col0 + j * PA_MMA_N + pa_mma_c_col(e);
                     const int query = KEY_ROWS ? col : row, key = KEY_ROWS ? row : col;
                     const int i = r * PA_MMA_C_COLS + e;
-                    const float lse = lse_s[query - q0];
-                    float prob = pa_exp2(fmaf(s[mt][j][i], scale_log2, -lse));
-                    if (MASKED && key >= pa_mask_key_end(mask, query)) prob = 0.f;
+                    const float x = s[mt][j][i];
+                    float prob = 0.f;
+                    if (!MASKED || pa_mask_visible(mask, query, key))
+                        prob = pa_exp2(pa_logit2_minus(mod, query, key, x, scale_log2, lse_s[query - q0]));
                     s[mt][j][i] = prob;
-                    dp[mt][j][i] = scale * prob * (dp[mt][j][i] - delta_s[query - q0]);
+                    dp[mt][j][i] = pa_dlogit(mod, x, scale) * prob * (dp[mt][j][i] - delta_s[query - q0]);
                 }
         }
 }
 
-template <bool KEY_ROWS, int MT, int SN>
+template <bool KEY_ROWS, int MT, int SN, class Mod>
 PA_DEVICE void pa_bwd_grads(pa_mma_c (&s)[MT][SN], pa_mma_c (&dp)[MT][SN], const float* lse_s, const float* delta_s,
-                            const PaMask& mask, float scale_log2, float scale, int row0, int col0, int q0,
-                            bool masked) {
+                            const PaMask& mask, const Mod& mod, float scale_log2, float scale, int row0, int col0,
+                            int q0, bool masked) {
+    if constexpr (PaModActive<Mod>::value) {
+        if (!pa_mod_any(mod)) {
+            pa_bwd_grads<KEY_ROWS>(s, dp, lse_s, delta_s, mask, PaNoScoreMod{}, scale_log2, scale, row0, col0, q0,
+                                   masked);
+            return;
+        }
+    }
     if (masked)
-        pa_bwd_scores_to_grads<KEY_ROWS, true>(s, dp, lse_s, delta_s, mask, scale_log2, scale, row0, col0, q0);
+        pa_bwd_scores_to_grads<KEY_ROWS, true>(s, dp, lse_s, delta_s, mask, mod, scale_log2, scale, row0, col0, q0);
     else
-        pa_bwd_scores_to_grads<KEY_ROWS, false>(s, dp, lse_s, delta_s, mask, scale_log2, scale, row0, col0, q0);
+        pa_bwd_scores_to_grads<KEY_ROWS, false>(s, dp, lse_s, delta_s, mask, mod, scale_log2, scale, row0, col0, q0);
 }
 
 // Store this wave's rows of C fragments c (ON column tiles from column c0) into rows row0.. of `out` (row stride

@@ -190,3 +190,11 @@ PA_DEVICE float pa_log2(float x) { return log2f(x); }
 PA_DEVICE float pa_row_lse(float max_log2, float sum) {
     return ((max_log2 == pa_neg_inf() ? 0.f : max_log2) + pa_log2(sum)) * PA_LN2;
 }
+
+// A float16 value given as its bits (the portable decoding: attention masks, not the hot loops).
+PA_DEVICE float pa_f16_bits_to_float(unsigned short h) {
+    const unsigned sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (man << 13));
+    if (exp == 0u) return (sign ? -1.f : 1.f) * (float)man * 5.9604644775390625e-8f;  // subnormal: man 2^-24
+    return __uint_as_float(sign | ((exp + 112u) << 23) | (man << 13));
+}

@@ -5,12 +5,14 @@
 // makes it so) is folded into the exponent's multiply-add.
 //   PaSoftmax<MT>                               running maxima (log2 units), partial sums, rescale factors per row
 //   pa_softmax_init(sm)
-//   pa_softmax_tile(s, sm, mask, scale_log2, row0, n0)
-//                                               scores of keys n0 .. into probabilities; moves the maxima and
-//                                               sums; returns whether any output row needs rescaling
-//   pa_softmax_tile(s, sm, key_end, scale_log2, row0, n0, masked)
+//   pa_softmax_tile(s, sm, mask, mod, scale_log2, row0, rows, n0)
+//                                               scores of keys n0 .. of rows row0 .. row0 + rows - 1 into
+//                                               probabilities; moves the maxima and sums; returns whether any
+//                                               output row needs rescaling. mod: PaNoScoreMod{}, a PaScoreMod
+//                                               or a function (row, key, score) -> logit (log2 units)
+//   pa_softmax_tile(s, sm, keys, mod, scale_log2, row0, n0, masked)
 //                                               the same with the visible keys of each row given by a function
-//                                               (key_end(row): the row sees keys [0, end)), masking when `masked`
+//                                               (keys(row): a PaKeyRange), masking when `masked`
 //   pa_softmax_rescale(acc, sm)                 applies the rescale factors to the output fragments
 //   pa_softmax_finish(acc, sm, row0, emit)      per output row of this wave: emit(row, mt, rr, inv, lse) with (mt,
 //                                               rr) the row's place in the C fragments, inv the normaliser (0 for a
@@ -44,28 +46,40 @@ PA_DEVICE void pa_softmax_init(PaSoftmax<MT>& sm) {
         }
 }
 
-// MASKED: the tile holds keys some rows do not see, which score -inf.
-template <bool MASKED, int MT, int SN, class KeyEnd>
-PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const KeyEnd& key_end_of,
+// The keys [begin, end) one query row sees (pa_mask.cuh).
+struct PaKeyRange {
+    int begin, end;
+};
+// MASKED: the tile holds keys some rows do not see, which score -inf. keys(row) gives a row's PaKeyRange.
+template <bool MASKED, int MT, int SN, class Keys, class Mod>
+PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const Keys& keys, const Mod& mod,
                                       float scale_log2, int row0, int n0) {
+    constexpr bool MOD = PaModActive<Mod>::value;
+    const float mul = MOD ? 1.f : scale_log2;  // modified scores are logits in log2 units already
     bool any_rescale = false;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
-            int key_end = 0;  // keys visible to the row end here
-            if (MASKED) key_end = key_end_of(row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r));
+            const int row = row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r);
+            PaKeyRange range{0, 0};
+            if (MASKED) range = keys(row);
             float raw_max = pa_neg_inf();
 #pragma unroll
             for (int j = 0; j < SN; ++j)
 #pragma unroll
                 for (int e = 0; e < PA_MMA_C_COLS; ++e) {
-                    if (MASKED && n0 + j * PA_MMA_N + pa_mma_c_col(e) >= key_end)
-                        s[mt][j][r * PA_MMA_C_COLS + e] = pa_neg_inf();
-                    raw_max = fmaxf(raw_max, s[mt][j][r * PA_MMA_C_COLS + e]);
+                    float& x = s[mt][j][r * PA_MMA_C_COLS + e];
+                    const int key = n0 + j * PA_MMA_N + pa_mma_c_col(e);
+                    if (MASKED && (key < range.begin || key >= range.end)) {
+                        x = pa_neg_inf();
+                    } else if constexpr (MOD) {
+                        x = pa_logit2(mod, row, key, x, 1.f);
+                    }
+                    raw_max = fmaxf(raw_max, x);
                 }
             raw_max = pa_group_max<PA_MMA_ROW_LANES>(raw_max);
-            const float tile_max = raw_max == pa_neg_inf() ? raw_max : raw_max * scale_log2;
+            const float tile_max = raw_max == pa_neg_inf() ? raw_max : raw_max * mul;
             float& m = sm.row_max[mt][r];
             sm.rescale[mt][r] = 1.f;
             if (tile_max > m + PA_SOFTMAX_RESCALE_SLACK) {
@@ -81,7 +95,7 @@ PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, 
 #pragma unroll
                 for (int e = 0; e < PA_MMA_C_COLS; ++e) {
                     const float x = s[mt][j][r * PA_MMA_C_COLS + e];
-                    const float prob = MASKED && x == pa_neg_inf() ? 0.f : pa_exp2(fmaf(x, scale_log2, -base));
+                    const float prob = (MASKED || MOD) && x == pa_neg_inf() ? 0.f : pa_exp2(fmaf(x, mul, -base));
                     s[mt][j][r * PA_MMA_C_COLS + e] = prob;
                     part += prob;
                 }
@@ -91,21 +105,24 @@ PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, 
     return any_rescale;
 }
 
-template <int MT, int SN, class KeyEnd>
-PA_DEVICE bool pa_softmax_tile(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const KeyEnd& key_end_of, float scale_log2,
-                               int row0, int n0, bool masked) {
-    return masked ? pa_softmax_tile_masked<true>(s, sm, key_end_of, scale_log2, row0, n0)
-                  : pa_softmax_tile_masked<false>(s, sm, key_end_of, scale_log2, row0, n0);
+template <int MT, int SN, class Keys, class Mod>
+PA_DEVICE bool pa_softmax_tile(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const Keys& keys, const Mod& mod,
+                               float scale_log2, int row0, int n0, bool masked) {
+    if constexpr (PaModActive<Mod>::value) {
+        if (!pa_mod_any(mod)) return pa_softmax_tile(s, sm, keys, PaNoScoreMod{}, scale_log2, row0, n0, masked);
+    }
+    return masked ? pa_softmax_tile_masked<true>(s, sm, keys, mod, scale_log2, row0, n0)
+                  : pa_softmax_tile_masked<false>(s, sm, keys, mod, scale_log2, row0, n0);
 }
 
-// Scores of the key tile n0 .. n0 + SN * PA_MMA_N - 1 into probabilities; per-element masking only where the tile
-// needs it.
-template <int MT, int SN>
-PA_DEVICE bool pa_softmax_tile(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const PaMask& mask, float scale_log2, int row0,
-                               int n0) {
+// Scores of the key tile n0 .. n0 + SN * PA_MMA_N - 1 of the rows [row0, row0 + rows) into probabilities;
+// per-element masking only where the tile needs it.
+template <int MT, int SN, class Mod>
+PA_DEVICE bool pa_softmax_tile(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const PaMask& mask, const Mod& mod,
+                               float scale_log2, int row0, int rows, int n0) {
     return pa_softmax_tile(
-        s, sm, [&](int row) { return pa_mask_key_end(mask, row); }, scale_log2, row0, n0,
-        pa_mask_tile_partial(mask, row0, n0, SN * PA_MMA_N));
+        s, sm, [&](int row) { return PaKeyRange{pa_mask_key_begin(mask, row), pa_mask_key_end(mask, row)}; }, mod,
+        scale_log2, row0, n0, pa_mask_tile_partial(mask, row0, rows, n0, SN * PA_MMA_N));
 }
 
 template <int MT, int ON>
