@@ -6,11 +6,11 @@ the function that was there before, with its arguments unchanged. Code that look
 time (``F.scaled_dot_product_attention(...)``, as Hugging Face transformers does) is routed; a reference taken
 before the patch (``from torch.nn.functional import scaled_dot_product_attention``) is not.
 
-The decision is the rule of ``portattn.scaled_dot_product_attention`` (``ops/support.py``); each fallback is
-counted under the name of the first check that fails: ``arguments`` (arguments this router does not recognise),
-``ndim`` (not three 4-D strided tensors), ``attn_mask`` (a mask portattn does not take: not boolean or of the
-query's dtype, not broadcastable, requiring grad, or given with ``is_causal``), ``dropout``, ``gqa`` (head counts
-differ without ``enable_gqa=True``, or do not divide), ``dtype`` (not a dtype portattn supports, or q/k/v differ), ``head_dim``,
+The decision is the rule of ``portattn.scaled_dot_product_attention`` (``ops/support.py``); each fallback is counted
+under the name of the first check that fails: ``arguments`` (arguments this router does not recognise), ``ndim`` (not
+three 4-D strided tensors), ``attn_mask`` (a mask portattn does not take: not boolean or of the query's dtype, not
+broadcastable, requiring grad, or given with ``is_causal``), ``dropout``, ``gqa`` (head counts differ without
+``enable_gqa=True``, or do not divide), ``dtype`` (not a dtype portattn supports, or q/k/v differ), ``head_dim``,
 ``shape`` (batch or k/v shapes differ), ``device`` (not all on one GPU), ``empty`` (an input has no elements),
 ``target`` (portattn has no kernel for this GPU, dtype and head dim), ``backward`` (an input requires grad and
 portattn has no backward kernel for it). Calls that require grad are taken: the result is differentiable.
