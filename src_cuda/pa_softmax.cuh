@@ -68,13 +68,14 @@ PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, 
             for (int j = 0; j < SN; ++j)
 #pragma unroll
                 for (int e = 0; e < PA_MMA_C_COLS; ++e) {
-                    float& x = s[mt][j][r * PA_MMA_C_COLS + e];
+                    float x = s[mt][j][r * PA_MMA_C_COLS + e];  // (AMD fragments are vectors: no references)
                     const int key = n0 + j * PA_MMA_N + pa_mma_c_col(e);
                     if (MASKED && (key < range.begin || key >= range.end)) {
                         x = pa_neg_inf();
                     } else if constexpr (MOD) {
                         x = pa_logit2(mod, row, key, x, 1.f);
                     }
+                    s[mt][j][r * PA_MMA_C_COLS + e] = x;
                     raw_max = fmaxf(raw_max, x);
                 }
             raw_max = pa_group_max<PA_MMA_ROW_LANES>(raw_max);
