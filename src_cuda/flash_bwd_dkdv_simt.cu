@@ -63,6 +63,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dkdv_si
     for (int g = 0; g < group; ++g) {
         const int h = h_kv * group + g;
         const pa_i64 rows = pa_bwd_row0(p, seq, b, h);
+        const PaMod mod = pa_seq_mod(p, seq, b, h);
         const float* q = static_cast<const float*>(p.q) + b * p.q_sb + h * p.q_sh + seq.q_start * p.q_sn;
         const float* dout = static_cast<const float*>(p.dout) + b * p.do_sb + h * p.do_sh + seq.q_start * p.do_sn;
         for (int m0 = pa_mask_first_row(mask, n0) / BM * BM; m0 < m_end; m0 += BM) {
@@ -71,8 +72,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dkdv_si
             pa_simt_load_tile(do_s, dout + (pa_i64)m0 * p.do_sn, p.do_sn, BM, seq.seqlen_q - m0);
             pa_bwd_load_rows<BM>(lse_s, delta_s, p, rows, seq.seqlen_q, m0);
             __syncthreads();
-            pa_bwd_simt_grads<true, BN, BM>(p_s, ds_s, k_s, q_s, v_s, do_s, lse_s, delta_s, mask,
-                                            pa_seq_mod(p, seq, b, h), p.scale_log2, p.scale, n0, m0, m0);
+            pa_bwd_simt_grads<true, BN, BM>(p_s, ds_s, k_s, q_s, v_s, do_s, lse_s, delta_s, mask, mod, p.scale_log2,
+                                            p.scale, n0, m0, m0);
             __syncthreads();
 #pragma unroll 2
             for (int m = 0; m < BM; ++m) {

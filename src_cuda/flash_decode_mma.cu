@@ -64,10 +64,11 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_decode_mma(
     const int keys = bad ? 0 : length;
     const int n_begin = split * p.keys_per_split;
     const int n_end = min(keys, n_begin + p.keys_per_split);
-    // Packed row r: query position r % Nq of head h_kv G + r / Nq. It sees keys [n_begin, key_end(r)).
-    auto key_end = [&](int r) {
+    // Packed row r: query position r % Nq of head h_kv G + r / Nq. It sees keys [n_begin, end); the tiles start at
+    // n_begin, so its PaKeyRange starts at 0.
+    auto keys_of = [&](int r) {
         const int visible = p.causal ? max(0, min(keys, keys - p.seqlen_q + r % p.seqlen_q + 1)) : keys;
-        return min(n_end, visible);
+        return PaKeyRange{0, min(n_end, visible)};
     };
     const int min_key_end = p.causal ? min(n_end, max(0, keys - p.seqlen_q + 1)) : n_end;
 
@@ -124,9 +125,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_decode_mma(
         }
         pa_mma_c s[MT][SN];
         pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s + slot * KV);
-        if (pa_softmax_tile(
-                s, sm, [&](int r) { return PaKeyRange{0, key_end(r)}; }, PaNoScoreMod{}, p.scale_log2, row0, n0,
-                n0 + BN > min_key_end))
+        if (pa_softmax_tile(s, sm, keys_of, PaNoScoreMod{}, p.scale_log2, row0, n0, n0 + BN > min_key_end))
             pa_softmax_rescale(acc, sm);
         pa_tile_pv<MT, ON, BN, SN>(acc, s, v_s + slot * KV);
     }

@@ -190,7 +190,8 @@ PA_DEVICE float pa_row_lse(float max_log2, float sum) {
     return ((max_log2 == pa_neg_inf() ? 0.f : max_log2) + pa_log2(sum)) * PA_LN2;
 }
 
-// A float16 value given as its bits (the portable decoding: attention masks, not the hot loops).
+// A bfloat16 / float16 value given as its bits (the portable decoding: attention masks, not the hot loops).
+PA_DEVICE float pa_bf16_bits_to_float(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 PA_DEVICE float pa_f16_bits_to_float(unsigned short h) {
     const unsigned sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
     if (exp == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (man << 13));

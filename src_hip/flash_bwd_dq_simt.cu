@@ -45,6 +45,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dq_simt
     const PaSeq seq = pa_seq(p, b);
     if (m0 >= seq.seqlen_q) return;  // past the end of a shorter sequence
     const PaMask& mask = seq.mask;
+    const PaMod mod = pa_seq_mod(p, seq, b, h);
     pa_simt_load_tile(q_s, static_cast<const float*>(p.q) + b * p.q_sb + h * p.q_sh + (seq.q_start + m0) * p.q_sn,
                       p.q_sn, BM, seq.seqlen_q - m0);
     pa_simt_load_tile(do_s,
@@ -64,8 +65,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_bwd_dq_simt
         pa_simt_load_tile(k_s, k + (pa_i64)n0 * p.k_sn, p.k_sn, BN, seq.seqlen_k - n0);
         pa_simt_load_tile(v_s, v + (pa_i64)n0 * p.v_sn, p.v_sn, BN, seq.seqlen_k - n0);
         __syncthreads();
-        pa_bwd_simt_grads<false, BM, BN>(p_s, ds_s, q_s, k_s, do_s, v_s, lse_s, delta_s, mask, pa_seq_mod(p, seq, b, h),
-                                         p.scale_log2, p.scale, m0, n0, m0);
+        pa_bwd_simt_grads<false, BM, BN>(p_s, ds_s, q_s, k_s, do_s, v_s, lse_s, delta_s, mask, mod, p.scale_log2,
+                                         p.scale, m0, n0, m0);
         __syncthreads();
 #pragma unroll 2
         for (int n = 0; n < BN; ++n) {

@@ -22,7 +22,8 @@
 //   softcap > 0:  softcap tanh(scale x / softcap), else scale x;
 //   minus alibi_slope |row + offset - key|, plus mask[row, key] (an additive mask of float32, float16 or bfloat16),
 //   or -inf where a boolean mask[row, key] is 0.
-// pa_score_logit2(mod, row, key, x) gives it in log2 units, pa_score_dlogit(mod, x) its derivative by x.
+// pa_logit2(mod, row, key, x, scale_log2) gives it in log2 units, pa_dlogit(mod, x, scale) its derivative by x;
+// both also take PaNoScoreMod (the plain logit, scale x).
 #pragma once
 
 #include "pa_prelude.cuh"
@@ -78,7 +79,7 @@ struct PaScoreMod {
     int rows;           // query rows of the sequence (mask rows past it are not read)
 };
 
-PA_DEVICE float pa_score_logit2(const PaScoreMod& mod, int row, int key, float x) {
+PA_DEVICE float pa_logit2(const PaScoreMod& mod, int row, int key, float x, float) {
     float t = x * mod.scale;
     if (mod.softcap > 0.f) t = mod.softcap * tanhf(t / mod.softcap);
     t -= mod.alibi_slope * fabsf((float)(row + mod.offset - key));
@@ -95,13 +96,13 @@ PA_DEVICE float pa_score_logit2(const PaScoreMod& mod, int row, int key, float x
                 t += pa_f16_bits_to_float(static_cast<const unsigned short*>(mod.mask)[at]);
                 break;
             default:
-                t += __uint_as_float((unsigned)static_cast<const unsigned short*>(mod.mask)[at] << 16);
+                t += pa_bf16_bits_to_float(static_cast<const unsigned short*>(mod.mask)[at]);
                 break;
         }
     }
     return t * PA_LOG2E;
 }
-PA_DEVICE float pa_score_dlogit(const PaScoreMod& mod, float x) {
+PA_DEVICE float pa_dlogit(const PaScoreMod& mod, float x, float) {
     if (mod.softcap <= 0.f) return mod.scale;
     const float th = tanhf(x * mod.scale / mod.softcap);
     return mod.scale * (1.f - th * th);
@@ -126,9 +127,6 @@ template <class F>
 PA_DEVICE float pa_logit2(const F& logit2, int row, int key, float x, float) {
     return logit2(row, key, x);
 }
-PA_DEVICE float pa_logit2(const PaScoreMod& mod, int row, int key, float x, float) {
-    return pa_score_logit2(mod, row, key, x);
-}
 template <class Mod>
 PA_DEVICE float pa_logit2_minus(const Mod& mod, int row, int key, float x, float scale_log2, float m) {
     if constexpr (PaModActive<Mod>::value) return pa_logit2(mod, row, key, x, scale_log2) - m;
@@ -144,7 +142,6 @@ template <class F>
 PA_DEVICE bool pa_mod_any(const F&) {
     return true;
 }
-PA_DEVICE float pa_dlogit(const PaScoreMod& mod, float x, float) { return pa_score_dlogit(mod, x); }
 
 // One sequence of a batch, from a family's parameters (members cu_seqlens_q / _k, seqlen_q / _k, bottom_right,
 // window_left / _right): its first rows in the (packed) tensors, its lengths and its mask. Without PA_MASK_EXT every
