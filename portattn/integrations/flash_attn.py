@@ -211,16 +211,19 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         cache_seqlens = torch.full((batch,), k_cache.shape[1], dtype=torch.int32, device=q.device)
     elif isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    elif not isinstance(cache_seqlens, torch.Tensor):
+        raise TypeError(f"cache_seqlens must be an int, an int32 tensor or None, got {type(cache_seqlens).__name__}")
     if (rotary_cos is None) != (rotary_sin is None):
         raise ValueError("rotary_cos and rotary_sin must be given together")
     if rotary_cos is not None:
         if k is None:
             raise ValueError("rotary_cos / rotary_sin need the new k and v (rotary embedding applies to new keys)")
-        if (not isinstance(rotary_cos, torch.Tensor) or rotary_cos.dim() != 2 or rotary_sin.shape != rotary_cos.shape
-                or 2 * rotary_cos.shape[1] > q.shape[-1]):
+        if not isinstance(rotary_cos, torch.Tensor) or not isinstance(rotary_sin, torch.Tensor):
+            raise TypeError("rotary_cos and rotary_sin must be torch.Tensors")
+        if rotary_cos.dim() != 2 or rotary_sin.shape != rotary_cos.shape or 2 * rotary_cos.shape[1] > q.shape[-1]:
             raise ValueError("rotary_cos and rotary_sin must be [seqlen_ro, rotary_dim / 2] with rotary_dim <= "
                              f"head_dim, got {tuple(rotary_cos.shape)} and {tuple(rotary_sin.shape)}")
-        start = cache_seqlens.to(torch.int64).unsqueeze(1)  # type: ignore[union-attr]
+        start = cache_seqlens.to(torch.int64).unsqueeze(1)
         k_pos = start + torch.arange(k.shape[1], device=q.device)
         q_pos = start + torch.arange(q.shape[1], device=q.device) if causal else start.expand(-1, q.shape[1])
         q = _rotate(q, rotary_cos, rotary_sin, q_pos, rotary_interleaved)

@@ -103,8 +103,7 @@ def _route(*args: object, **kwargs: object) -> torch.Tensor:
     if reason is not None:
         return _original(*args, **kwargs)  # type: ignore[misc]
     q, k, v, mask, _, is_causal, scale, _ = _sdpa_args(*args, **kwargs)
-    masks = ops.NO_MASKS if mask is None else ops.mask_args(q, k, False, "top-left", None, 0.0, None, mask)
-    return ops.call_op(q, k, v, is_causal, scale, False, None, None, masks)
+    return ops.call_sdpa(q, k, v, mask, is_causal, scale)
 
 
 def enable_sdpa_patch() -> SdpaStats:

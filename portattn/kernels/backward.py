@@ -281,11 +281,9 @@ def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     views as in ``forward.run``), and grad_lse (float32, contiguous like lse, or None) the gradient that reaches it."""
     target = launch_target(q.device)
     plan = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended)
-    batch, heads_q, seqlen_q, head_dim = q.shape
-    _, heads_kv, seqlen_k, _ = k.shape
-    rows_shape = (batch, heads_q, seqlen_q)  # the row arrays: per packed row for variable lengths
-    if masking.varlen:
-        batch, seqlen_q, seqlen_k = masking.cu_seqlens_q.shape[0] - 1, masking.max_seqlen_q, masking.max_seqlen_k
+    heads_q, heads_kv = q.shape[1], k.shape[1]
+    rows_shape = q.shape[:3]  # the row arrays: per packed row for variable lengths
+    batch, seqlen_q, seqlen_k = masking.lengths(q, k)
     delta = torch.empty(rows_shape, dtype=torch.float32, device=q.device)
     lse_log2 = torch.empty_like(delta)
     dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -297,9 +295,8 @@ def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
         dq_accum=dq_accum.data_ptr() if dq_accum is not None else None,
         dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
         batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-        total_q=rows_shape[2], bottom_right=int(masking.bottom_right), window_left=masking.left,
-        window_right=masking.right, scale=scale, scale_log2=scale * 1.4426950408889634, softcap=masking.softcap,
-        num_m_blocks=num_m_blocks, num_n_blocks=num_n_blocks, dq_atomic=int(not deterministic),
+        total_q=rows_shape[2], scale=scale, scale_log2=scale * 1.4426950408889634, num_m_blocks=num_m_blocks,
+        num_n_blocks=num_n_blocks, dq_atomic=int(not deterministic),
     )
     set_mask_fields(p, masking)
     for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("do", dout), ("dq", dq), ("dk", dk), ("dv", dv)):

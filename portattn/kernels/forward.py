@@ -17,7 +17,7 @@ import torch
 from ..runtime import loader
 from ..runtime.params import struct_from_header
 from ..runtime.target import Target
-from .masking import CAUSAL, PLAIN, Masking, ptr, set_mask_fields
+from .masking import CAUSAL, PLAIN, Masking, call_fields, set_mask_fields
 from .variant import (
     DTYPES,
     HALF,
@@ -263,11 +263,7 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, ls
     launch = _launches.get(key)
     if launch is None:
         launch = loader.remember(_launches, key, _plan(q, k, v, out, lse, masking, target, hooks.tweak))
-    fields = {}
-    if masking is not PLAIN and masking is not CAUSAL:  # the tensors of this call
-        fields = {"softcap": masking.softcap, "cu_seqlens_q": ptr(masking.cu_seqlens_q),
-                  "cu_seqlens_k": ptr(masking.cu_seqlens_k), "alibi_slopes": ptr(masking.alibi),
-                  "mask": ptr(masking.mask)}
+    fields = {} if masking is PLAIN or masking is CAUSAL else call_fields(masking)
     launch(torch.cuda.current_stream(q.device).cuda_stream, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
            o=out.data_ptr(), lse=lse.data_ptr() if lse is not None else None, scale=scale,
            scale_log2=scale * 1.4426950408889634, **fields)
@@ -275,10 +271,7 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, ls
 
 def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
           masking: Masking, target: Target, tweak) -> loader.Launch:
-    seqlen_q, seqlen_k = q.shape[2], k.shape[2]
-    batch = q.shape[0]
-    if masking.varlen:
-        batch, seqlen_q, seqlen_k = masking.cu_seqlens_q.shape[0] - 1, masking.max_seqlen_q, masking.max_seqlen_k
+    batch, seqlen_q, seqlen_k = masking.lengths(q, k)
     spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), seqlen_q, masking.extended)
     if tweak is not None:
         spec = tweak(spec)
@@ -289,7 +282,6 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
     if items >= 2**31:
         raise ValueError(f"problem too large: {items} blocks (batch * heads * query blocks must be < 2**31)")
     p = FwdParams(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-                  bottom_right=int(masking.bottom_right), window_left=masking.left, window_right=masking.right,
                   num_m_blocks=num_m_blocks)
     for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
         sb, sh, sn = _strides(t)

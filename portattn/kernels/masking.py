@@ -55,14 +55,17 @@ class Masking:
     def varlen(self) -> bool:
         return self.cu_seqlens_q is not None
 
+    def lengths(self, q: torch.Tensor, k: torch.Tensor) -> tuple[int, int, int]:
+        """(batch, seqlen_q, seqlen_k) of a call on the kernels' [batch, heads, seq, d] views: the sequences'
+        count and longest lengths for packed sequences."""
+        if self.cu_seqlens_q is not None:
+            return self.cu_seqlens_q.shape[0] - 1, self.max_seqlen_q, self.max_seqlen_k
+        return q.shape[0], q.shape[2], k.shape[2]
+
     @property
     def causal(self) -> bool:
         """Whether no row sees a key past its diagonal."""
         return self.right == 0
-
-    def offset(self, seqlen_q: int, seqlen_k: int) -> int:
-        """The diagonal's offset for a sequence of these lengths."""
-        return seqlen_k - seqlen_q if self.bottom_right else 0
 
 
 PLAIN = Masking()
@@ -77,19 +80,27 @@ def window_bounds(causal: bool, window: tuple[int, int]) -> tuple[int, int]:
     return left, 0 if causal else right
 
 
-def ptr(t: Optional[torch.Tensor]) -> Optional[int]:
-    """The address of ``t``, or None."""
+def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
     return None if t is None else t.data_ptr()
 
 
+def call_fields(masking: Masking) -> dict[str, object]:
+    """The members of ``masking`` that change from call to call of one signature: the tensors' addresses and the
+    softcap (the same names in every family's parameter struct)."""
+    return {"softcap": masking.softcap, "cu_seqlens_q": _ptr(masking.cu_seqlens_q),
+            "cu_seqlens_k": _ptr(masking.cu_seqlens_k), "alibi_slopes": _ptr(masking.alibi),
+            "mask": _ptr(masking.mask)}
+
+
 def set_mask_fields(params: ctypes.Structure, masking: Masking) -> None:
-    """Set the members every family's parameter struct shares for ``masking``: the tensors' addresses and strides
-    (cu_seqlens_q / _k, alibi_slopes / alibi_sb, mask / mask_kind / mask_sb / _sh / _sn)."""
-    params.cu_seqlens_q, params.cu_seqlens_k = ptr(masking.cu_seqlens_q), ptr(masking.cu_seqlens_k)
-    params.alibi_slopes = ptr(masking.alibi)
+    """Set the members every family's parameter struct shares for ``masking``: the window, alignment, the
+    per-call fields (``call_fields``) and the tensors' layouts (alibi_sb, mask_kind, mask_sb / _sh / _sn)."""
+    params.bottom_right, params.window_left, params.window_right = int(masking.bottom_right), masking.left, \
+        masking.right
+    for name, value in call_fields(masking).items():
+        setattr(params, name, value)
     if masking.alibi is not None:
         params.alibi_sb = masking.alibi.stride(0) if masking.alibi.dim() == 2 else 0
-    params.mask = ptr(masking.mask)
     if masking.mask is not None:
         m = masking.mask
         params.mask_kind = MASK_KINDS[m.dtype]

@@ -345,5 +345,11 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     problem = sdpa_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if problem:
         raise problem.error
+    return call_sdpa(query, key, value, attn_mask, is_causal, scale)
+
+
+def call_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor],
+              is_causal: bool, scale: Optional[float]) -> torch.Tensor:
+    """The operator call for an SDPA call that passed ``sdpa_problem``."""
     masks = NO_MASKS if attn_mask is None else mask_args(query, key, False, "top-left", None, 0.0, None, attn_mask)
     return call_op(query, key, value, is_causal, scale, False, None, None, masks)  # type: ignore[return-value]
