@@ -109,10 +109,15 @@ class KernelSpec:
         return not (self.kernel == "mma" and self.dtype == "float32" and self.lanes == 32)
 
     @property
+    def options(self) -> list[str]:
+        """The tile's options and the build's, e.g. ["wgmma", "ext masks"]."""
+        return [*self.tile.options, *["ext masks"] * self.mask_ext]
+
+    @property
     def label(self) -> str:
         t = self.tile
         lanes = f"{self.lanes}l" + ("-emulated" if self.emulated else "")
-        extra = [*t.options, *["ext masks"] * self.mask_ext, *(f"{k}={v}" for k, v in self.test_defines)]
+        extra = [*self.options, *(f"{k}={v}" for k, v in self.test_defines)]
         return f"{self.function}[d={self.head_dim},{t.block_m}x{t.block_n},{t.threads}t,{','.join([lanes, *extra])}]"
 
     def check_fits(self, target: Target) -> None:

@@ -57,7 +57,7 @@ def format_rows(rows: list[ReportRow]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         regs = str(r.resources.registers) + (f" ({r.resources.agprs} AGPR)" if r.resources.agprs else "")
-        tile = ", ".join([f"{r.spec.tile.block_m}x{r.spec.tile.block_n}", *r.spec.tile.options])
+        tile = ", ".join([f"{r.spec.tile.block_m}x{r.spec.tile.block_n}", *r.spec.options])
         tile += f" ({r.note})" * bool(r.note)
         cells = [r.arch, r.spec.function, r.spec.dtype, str(r.spec.head_dim), tile,
                  str(r.spec.tile.threads), regs, str(r.resources.static_smem + r.spec.smem_bytes),
