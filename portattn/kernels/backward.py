@@ -116,6 +116,10 @@ DQ_TILES: dict[str, Rows] = {
     "sm80": _NV_DQ, "sm86": _NV_DQ_SMALL_SMEM, "sm90": _NV_DQ,
     "cdna1": _AMD_DQ_NO_BF16, "cdna2": _AMD_DQ, "cdna3": _AMD_DQ, "cdna4": _AMD_DQ, "rdna3": {}, "rdna4": {},
 }
+# Extended-mask builds (PA_MASK_EXT): dK/dV rows that differ. On CDNA the bfloat16 kernel's 64-row query tiles at
+# d = 32 / 64 need flat scratch with the score modifiers' registers (ROCm 5.2): 32-row tiles.
+_AMD_DKDV_EXT = rows(("bfloat16",), {d: T(block_m=32, block_n=64, threads=256) for d in (32, 64)})
+DKDV_TILES_EXT: dict[str, Rows] = {"cdna2": _AMD_DKDV_EXT, "cdna3": _AMD_DKDV_EXT, "cdna4": _AMD_DKDV_EXT}
 # SIMT float32 kernels (the portable fallback: float32 d = 256, RDNA, PORTATTN_KERNEL=simt).
 _NV_SIMT_DKDV = rows(F32, {d: T(block_m=32, block_n=32, threads=256) for d in HEAD_DIMS})
 _NV_SIMT_DQ = rows(F32, {d: T(block_m=32, block_n=32, threads=256) for d in HEAD_DIMS})
@@ -240,7 +244,10 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
                                   f"{head_dim} yet")
     dkdv_rows, dq_rows = TABLES[chosen]
     prep_tile = T(block_m=PREP_THREADS // PREP_ROW_LANES, block_n=0, threads=PREP_THREADS, row_lanes=PREP_ROW_LANES)
-    base = BwdSpec(chosen, dtype, head_dim, dkdv_rows[fam][key], target.lanes, target.emulated, mask_ext)
+    dkdv_tile = dkdv_rows[fam][key]
+    if chosen == "mma" and mask_ext:
+        dkdv_tile = DKDV_TILES_EXT.get(fam, {}).get(key, dkdv_tile)
+    base = BwdSpec(chosen, dtype, head_dim, dkdv_tile, target.lanes, target.emulated, mask_ext)
     # The first kernel is the same for both implementations (it reads the input type, so it is built as "mma").
     plan = BwdPlan(replace(base, kernel="mma", tile=prep_tile, stage="prep", mask_ext=False), base,
                    replace(base, tile=dq_rows[fam][key], stage="dq"))
