@@ -1,6 +1,7 @@
 // Decoding, first step when new keys come with the call: k_new / v_new rows are written into the cache (contiguous,
-// or through the page table) after each sequence's cache_seqlens[b] keys, in place. A row whose place lies outside
-// the cache (or on a page outside the pool) is not written: the decode kernel then returns NaN for that sequence.
+// or through the page table) after each sequence's cache_seqlens[b] rows, in place. Nothing of a sequence whose
+// rows do not fit its cache (or whose cache_batch_idx or cache_leftpad is out of range) is written, nor a row on a
+// page outside the pool: the decode kernel then returns NaN for that sequence.
 // One thread copies 16 bytes; a block covers ROWS = PA_THREADS / (PA_HEAD_DIM / 16 bytes) rows of [B, Nnew, Hk].
 //
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_THREADS, PA_BF16, PA_F32.
@@ -24,11 +25,12 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_decode_append(
     if ((int)threadIdx.x >= ROWS * PER_ROW || row >= (pa_i64)p.batch * p.seqlen_new * p.heads_kv) return;
     const int h_kv = (int)(row % p.heads_kv), t = (int)(row / p.heads_kv % p.seqlen_new);
     const int b = (int)(row / p.heads_kv / p.seqlen_new);
-    const int key = p.cache_seqlens[b] + t;
-    if (p.cache_seqlens[b] < 0 || key >= p.capacity) return;
+    const PaDecodeSeq seq = pa_decode_seq(p, b);
+    if (seq.keys < 0) return;
+    const int key = p.cache_seqlens[b] + t, cb = seq.cache_b, size = (int)sizeof(pa_elem);
     bool bad = false;
-    pa_elem* k = (pa_elem*)pa_decode_cache_row(p, p.k, p.k_sb, p.k_sn, p.k_sh, (int)sizeof(pa_elem), b, h_kv, key, bad);
-    pa_elem* v = (pa_elem*)pa_decode_cache_row(p, p.v, p.v_sb, p.v_sn, p.v_sh, (int)sizeof(pa_elem), b, h_kv, key, bad);
+    pa_elem* k = (pa_elem*)pa_decode_cache_row(p, p.k, p.k_sb, p.k_sn, p.k_sh, size, cb, h_kv, key, bad);
+    pa_elem* v = (pa_elem*)pa_decode_cache_row(p, p.v, p.v_sb, p.v_sn, p.v_sh, size, cb, h_kv, key, bad);
     if (bad) return;
     const pa_elem* kn = static_cast<const pa_elem*>(p.k_new) + b * p.kn_sb + (pa_i64)t * p.kn_sn + h_kv * p.kn_sh;
     const pa_elem* vn = static_cast<const pa_elem*>(p.v_new) + b * p.vn_sb + (pa_i64)t * p.vn_sn + h_kv * p.vn_sh;

@@ -8,10 +8,12 @@
 // the copies of the next PA_STAGES - 1 tiles are in flight while one is computed (decoding waits on memory). The
 // online softmax and the tile products come from the shared headers. With one split the rows are normalised and
 // stored as the output; otherwise each block stores its rows normalised by its own sum, and its LSE, for
-// flash_decode_combine.cu. A row that sees no key of the split stores zeros and LSE -inf.
+// flash_decode_combine.cu. A row that sees no key of the split stores zeros and LSE -inf. With a window the splits
+// cover only the keys some query position sees.
 //
-// Bad indices never reach memory: a sequence length outside [0, capacity] or a page outside the pool turns the
-// block's rows into NaN (the host checks what it can without a device sync; this is the backstop).
+// Bad indices never reach memory: a sequence length outside [0, capacity], a cache_batch_idx or cache_leftpad out of
+// range or a page outside the pool turns the block's rows into NaN (the host checks what it can without a device
+// sync; this is the backstop). Compiled with PA_MASK_EXT: windows with a left bound, softcap and ALiBi slopes.
 //
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_STAGES, PA_SMEM_BYTES,
 // PA_BF16, PA_F32.
@@ -60,18 +62,35 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_decode_mma(
     const int group = p.heads_q / p.heads_kv;
     const int rows = group * p.seqlen_q, row0 = row_block * BM;
 
-    const int length = pa_decode_keys(p, b);
-    bool bad = length < 0;
-    const int keys = bad ? 0 : length;
-    const int n_begin = split * p.keys_per_split;
-    const int n_end = min(keys, n_begin + p.keys_per_split);
-    // Packed row r: query position r % Nq of head h_kv G + r / Nq. It sees keys [n_begin, end); the tiles start at
-    // n_begin, so its PaKeyRange starts at 0.
+    const PaDecodeSeq seq = pa_decode_seq(p, b);
+    bool bad = seq.keys < 0;
+    const int keys = bad ? 0 : seq.keys;
+#if PA_MASK_EXT
+    const int left = p.window_left;
+#else
+    const int left = PA_MASK_NONE;
+#endif
+    const PaMask mask{keys, keys - p.seqlen_q, left, p.window_right};
+    // The keys some query position sees, split in runs of keys_per_split; this block takes [n_begin, n_end).
+    const int n_begin = pa_mask_key_begin(mask, 0) + split * p.keys_per_split;
+    const int n_end = min(pa_mask_key_end(mask, p.seqlen_q - 1), n_begin + p.keys_per_split);
+    // Packed row r is query position r % Nq of head h_kv G + r / Nq.
     auto keys_of = [&](int r) {
-        const int visible = p.causal ? max(0, min(keys, keys - p.seqlen_q + r % p.seqlen_q + 1)) : keys;
-        return PaKeyRange{0, min(n_end, visible)};
+        const int i = r % p.seqlen_q;
+        return PaKeyRange{pa_mask_key_begin(mask, i), min(n_end, pa_mask_key_end(mask, i))};
     };
-    const int min_key_end = p.causal ? min(n_end, max(0, keys - p.seqlen_q + 1)) : n_end;
+    // Every row sees the keys [all_begin, all_end): tiles inside need no masking.
+    const int all_begin = pa_mask_key_begin(mask, p.seqlen_q - 1), all_end = min(n_end, pa_mask_key_end(mask, 0));
+#if PA_MASK_EXT
+    const bool modded = p.softcap > 0.f || p.alibi_slopes != nullptr;
+    const PaScoreMod plain_mod{p.scale, p.softcap, 0.f, mask.offset, nullptr, 0, 0, p.seqlen_q};
+    auto logit2 = [&](int r, int key, float x) {  // the score modifiers of packed row r's head
+        PaScoreMod mod = plain_mod;
+        if (p.alibi_slopes != nullptr && r < rows)
+            mod.alibi_slope = p.alibi_slopes[b * p.alibi_sb + h_kv * group + r / p.seqlen_q];
+        return pa_logit2(mod, r % p.seqlen_q, key, x, 0.f);
+    };
+#endif
 
     auto q_row = [&](int r) {
         const int r_abs = row0 + r;
@@ -80,7 +99,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_decode_mma(
     };
     auto cache_row = [&](const void* base, pa_i64 sb, pa_i64 sn, pa_i64 sh, int key) {
         return static_cast<const pa_elem*>(
-            pa_decode_cache_row(p, base, sb, sn, sh, (int)sizeof(pa_elem), b, h_kv, key, bad));
+            pa_decode_cache_row(p, base, sb, sn, sh, (int)sizeof(pa_elem), seq.cache_b, h_kv, seq.first + key, bad));
     };
     const PaTileLoader<BN> kv_loader;
     // Start copying K and V of the tile at key n0 into buffer `slot` (one commit group).
@@ -126,8 +145,15 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_decode_mma(
         }
         pa_mma_c s[MT][SN];
         pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s + slot * KV);
-        if (pa_softmax_tile(s, sm, keys_of, PaNoScoreMod{}, p.scale_log2, row0, n0, n0 + BN > min_key_end))
-            pa_softmax_rescale(acc, sm);
+        const bool masked = n0 < all_begin || n0 + BN > all_end;
+        bool rescale;
+#if PA_MASK_EXT
+        if (modded)
+            rescale = pa_softmax_tile(s, sm, keys_of, logit2, p.scale_log2, row0, n0, masked);
+        else
+#endif
+            rescale = pa_softmax_tile(s, sm, keys_of, PaNoScoreMod{}, p.scale_log2, row0, n0, masked);
+        if (rescale) pa_softmax_rescale(acc, sm);
         pa_tile_pv<MT, ON, BN, SN>(acc, s, v_s + slot * KV);
     }
     pa_async_wait<0>();

@@ -3,8 +3,10 @@
 
 Same names, arguments, defaults, layouts (``[batch, seq, heads, head_dim]``; packed variable-length batches
 ``[total_tokens, heads, head_dim]`` with int32 ``cu_seqlens``) and mask semantics (causal and windows aligned
-bottom-right, ``window_size=(-1, -1)`` unbounded, ``softcap``, ``alibi_slopes``). Variable-length LSE is
-``[heads, total_q]``. Arguments portattn does not support raise ``NotImplementedError`` naming them; none is ignored.
+bottom-right, ``window_size=(-1, -1)`` unbounded, ``softcap``, ``alibi_slopes``), in every function including
+``flash_attn_with_kvcache``. Variable-length LSE is ``[heads, total_q]``. Arguments portattn does not support
+(``dropout_p > 0``, ``return_attn_probs``, ``block_table`` in the variable-length functions) raise
+``NotImplementedError`` naming them; none is ignored.
 """
 from __future__ import annotations
 
@@ -193,17 +195,14 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             rotary_interleaved: bool = True, alibi_slopes: Optional[torch.Tensor] = None,
                             num_splits: int = 0, return_softmax_lse: bool = False):
     """Decoding over a KV cache (``portattn.attention_with_kvcache``) with flash-attn's arguments: new k, v appended
-    in place at ``cache_seqlens`` (an int or int32 ``[batch]``; None: the whole cache), paged caches through
-    ``block_table``, rotary embedding of q and the new k (``rotary_cos``/``rotary_sin`` ``[seqlen_ro, rotary_dim /
-    2]``). Returns ``out`` (and the LSE ``[batch, heads_q, seq_q]`` with ``return_softmax_lse``)."""
-    for name, value in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
-                        ("alibi_slopes", alibi_slopes)):
-        if value is not None:
-            raise NotImplementedError(f"{name} is not supported by portattn's flash_attn_with_kvcache yet")
-    if tuple(window_size) != (-1, -1):
-        raise NotImplementedError("window_size is not supported by portattn's flash_attn_with_kvcache yet")
-    if softcap != 0.0:
-        raise NotImplementedError("softcap is not supported by portattn's flash_attn_with_kvcache yet")
+    in place at ``cache_seqlens`` (an int or int32 ``[batch]``; None: the whole cache), the cache sequence of each
+    batch row (``cache_batch_idx``), left padding (``cache_leftpad``), paged caches through ``block_table``, rotary
+    embedding of q and the new k (``rotary_cos``/``rotary_sin`` ``[seqlen_ro, rotary_dim / 2]``, at the cache
+    positions), windows, softcap and ALiBi. Returns ``out`` (and the LSE ``[batch, heads_q, seq_q]`` with
+    ``return_softmax_lse``)."""
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise ValueError(f"window_size must be a pair (left, right), got {window_size!r}")
+    local = tuple(window_size) != (-1, -1)
     if not isinstance(q, torch.Tensor) or not isinstance(k_cache, torch.Tensor):
         raise TypeError("q and k_cache must be torch.Tensors")
     batch = q.shape[0]
@@ -223,11 +222,14 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         if rotary_cos.dim() != 2 or rotary_sin.shape != rotary_cos.shape or 2 * rotary_cos.shape[1] > q.shape[-1]:
             raise ValueError("rotary_cos and rotary_sin must be [seqlen_ro, rotary_dim / 2] with rotary_dim <= "
                              f"head_dim, got {tuple(rotary_cos.shape)} and {tuple(rotary_sin.shape)}")
-        start = cache_seqlens.to(torch.int64).unsqueeze(1)
+        start = cache_seqlens.to(q.device, torch.int64).unsqueeze(1)
         k_pos = start + torch.arange(k.shape[1], device=q.device)
-        q_pos = start + torch.arange(q.shape[1], device=q.device) if causal else start.expand(-1, q.shape[1])
+        q_pos = start + torch.arange(q.shape[1], device=q.device) if causal or local else start.expand(-1, q.shape[1])
         q = _rotate(q, rotary_cos, rotary_sin, q_pos, rotary_interleaved)
         k = _rotate(k, rotary_cos, rotary_sin, k_pos, rotary_interleaved)
     return attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, k=k, v=v,
                                   block_table=block_table, causal=causal, scale=softmax_scale,
-                                  num_splits=num_splits, return_lse=return_softmax_lse)
+                                  num_splits=num_splits, return_lse=return_softmax_lse,
+                                  window=tuple(window_size) if local else None, softcap=softcap,
+                                  alibi_slopes=alibi_slopes, cache_batch_idx=cache_batch_idx,
+                                  cache_leftpad=cache_leftpad)

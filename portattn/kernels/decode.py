@@ -7,6 +7,10 @@ Kernels, one parameter struct (``PaDecodeParams``, ``pa_decode_params.cuh``):
   its keys, on the matrix units;
 - ``flash_decode_combine.cu``: the splits' rows merged by their LSE (when there is more than one split).
 
+Masks are aligned bottom-right (``masking.Masking``: causal, windows); windows with a left bound, softcap and ALiBi
+slopes take the attend kernel's extended-mask build (``PA_MASK_EXT``). A sequence may read another cache row
+(``cache_batch_idx``) and start past the cache's first rows (``cache_leftpad``), as in flash-attn.
+
 Tuning is data: ``DECODE_TILES[family][(dtype, head dim)]`` lists the tiles by the packed rows they hold
 (``block_m``: query heads per key/value head times query positions, 16 or 64), ``block_n`` keys per tile. The
 number of splits comes from the shape and the GPU's multiprocessor count (``splits``), or from the caller.
@@ -21,6 +25,7 @@ from ..errors import UnsupportedTargetError
 from ..runtime import loader
 from ..runtime.params import struct_from_header
 from ..runtime.target import Target
+from .masking import NONE, Masking
 from .variant import DTYPES, HALF, HEAD_DIMS, KernelSpec, Rows, TileConfig, dtype_name, launch_target, rows
 
 T = TileConfig
@@ -99,16 +104,17 @@ class DecodePlan:
     combine: DecodeSpec
 
 
-def select(target: Target, dtype: str, head_dim: int, packed_rows: int = 1) -> DecodePlan:
+def select(target: Target, dtype: str, head_dim: int, packed_rows: int = 1, mask_ext: bool = False) -> DecodePlan:
     """The decode kernels for ``dtype`` and ``head_dim`` on ``target``, for ``packed_rows`` query rows per
-    key/value head (query heads per key/value head times query positions)."""
+    key/value head (query heads per key/value head times query positions); ``mask_ext``: the attend kernel's
+    extended-mask build."""
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head dim {head_dim} is not supported; supported: {', '.join(map(str, HEAD_DIMS))}")
     tables = DECODE_TILES.get(fam, ())
-    candidates = [DecodeSpec("mma", dtype, head_dim, t[(dtype, head_dim)], target.lanes, target.emulated)
+    candidates = [DecodeSpec("mma", dtype, head_dim, t[(dtype, head_dim)], target.lanes, target.emulated, mask_ext)
                   for t in tables if (dtype, head_dim) in t]
     if not candidates:
         raise NotImplementedError(f"{dtype} decoding has no kernel for {target.tuning_arch} at head dim {head_dim} yet")
@@ -118,8 +124,8 @@ def select(target: Target, dtype: str, head_dim: int, packed_rows: int = 1) -> D
     attend = next((c for c in fitting if c.tile.block_m >= packed_rows), fitting[-1])
     helper = T(block_m=HELPER_THREADS // COMBINE_ROW_LANES, block_n=0, threads=HELPER_THREADS,
                row_lanes=COMBINE_ROW_LANES)
-    return DecodePlan(replace(attend, tile=helper, stage="append"), attend,
-                      replace(attend, tile=helper, stage="combine"))
+    return DecodePlan(replace(attend, tile=helper, stage="append", mask_ext=False), attend,
+                      replace(attend, tile=helper, stage="combine", mask_ext=False))
 
 
 def _fits(spec: DecodeSpec, target: Target) -> bool:
@@ -130,18 +136,27 @@ def _fits(spec: DecodeSpec, target: Target) -> bool:
     return True
 
 
+def takes(masking: Masking) -> bool:
+    """Whether the decode kernels can take a call of ``masking``: no mask tensor or variable lengths, and the
+    diagonal bottom-right where it matters (causal, windows, ALiBi)."""
+    if masking.mask is not None or masking.varlen:
+        return False
+    return masking.bottom_right or (masking.left == NONE and masking.right == NONE and masking.alibi is None)
+
+
 def serves(target: Target, dtype: object, head_dim: int) -> bool:
     """Whether the decode tables have a tile for ``dtype`` and ``head_dim`` on ``target`` (no variant is built)."""
     return any((dtype_name(dtype), head_dim) in t for t in DECODE_TILES.get(target.family, ()))
 
 
 def shipped_variants(target: Target) -> list[DecodeSpec]:
-    """Every decode kernel portattn can use on ``target``."""
+    """Every decode kernel portattn can use on ``target``, then the attend kernels' extended-mask builds."""
     specs: list[DecodeSpec] = []
-    for table in DECODE_TILES.get(target.family, ()):
-        for dt, d in table:
-            plan = select(target, dt, d, table[(dt, d)].block_m)
-            specs += [s for s in (plan.append, plan.attend, plan.combine) if s not in specs]
+    for mask_ext in (False, True):
+        for table in DECODE_TILES.get(target.family, ()):
+            for dt, d in table:
+                plan = select(target, dt, d, table[(dt, d)].block_m, mask_ext)
+                specs += [s for s in (plan.append, plan.attend, plan.combine) if s not in specs]
     return specs  # a tile that does not fit the target gives way to one that does (select)
 
 
@@ -168,19 +183,21 @@ _plans: dict[tuple, tuple[list[loader.Launch], tuple[int, ...] | None]] = {}
 
 def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
         cache_seqlens: torch.Tensor, k_new: torch.Tensor | None, v_new: torch.Tensor | None,
-        block_table: torch.Tensor | None, causal: bool, scale: float, num_splits: int, max_keys: int | None) -> None:
+        block_table: torch.Tensor | None, masking: Masking, scale: float, num_splits: int, max_keys: int | None,
+        cache_batch_idx: torch.Tensor | None = None, cache_leftpad: torch.Tensor | None = None) -> None:
     """Append (when k_new is given), attend and combine on ``q``'s device and torch's current stream. Inputs are
     validated, in kernel layouts (unit stride along the head dim, 16-byte aligned rows), ``scale >= 0``;
-    ``cache_seqlens`` is int32 on the device; ``max_keys`` bounds the keys of any sequence when the caller knows it.
-    The launch state of a call signature is made once."""
+    ``cache_seqlens`` (and ``cache_batch_idx``, ``cache_leftpad``) are int32 on the device; ``masking`` is aligned
+    bottom-right and has no mask tensor or variable lengths; ``max_keys`` bounds the keys of any sequence when the
+    caller knows it. The launch state of a call signature is made once."""
     target = launch_target(q.device)
     key = (target, q.device.index, q.dtype, q.shape, q.stride(), k_cache.shape, k_cache.stride(), v_cache.stride(),
            out.stride(),
            lse is None, None if k_new is None else (k_new.shape, k_new.stride(), v_new.stride()),
-           None if block_table is None else block_table.shape, causal, num_splits, max_keys)
+           None if block_table is None else block_table.shape, masking.key, num_splits, max_keys)
     plan = _plans.get(key)
     if plan is None:
-        plan = loader.remember(_plans, key, _plan(q, k_cache, v_cache, out, k_new, v_new, block_table, causal,
+        plan = loader.remember(_plans, key, _plan(q, k_cache, v_cache, out, k_new, v_new, block_table, masking,
                                                   num_splits, max_keys, target))
     launches, part_shape = plan
     o_part = lse_part = None
@@ -189,33 +206,40 @@ def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torc
         lse_part = torch.empty(part_shape[:-1], dtype=torch.float32, device=q.device)
     p = type(launches[0].params).from_buffer_copy(launches[0].params)
     p.q, p.k, p.v, p.o = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
-    p.lse = lse.data_ptr() if lse is not None else None
-    p.o_part = o_part.data_ptr() if o_part is not None else None
-    p.lse_part = lse_part.data_ptr() if lse_part is not None else None
-    p.k_new = k_new.data_ptr() if k_new is not None else None
-    p.v_new = v_new.data_ptr() if v_new is not None else None
+    p.lse = _ptr(lse)
+    p.o_part, p.lse_part = _ptr(o_part), _ptr(lse_part)
+    p.k_new, p.v_new = _ptr(k_new), _ptr(v_new)
     p.cache_seqlens = cache_seqlens.data_ptr()
-    p.block_table = block_table.data_ptr() if block_table is not None else None
-    p.scale_log2 = scale * 1.4426950408889634
+    p.block_table = _ptr(block_table)
+    p.cache_batch_idx, p.cache_leftpad = _ptr(cache_batch_idx), _ptr(cache_leftpad)
+    p.alibi_slopes, p.softcap = _ptr(masking.alibi), masking.softcap
+    p.scale, p.scale_log2 = scale, scale * 1.4426950408889634
     stream = torch.cuda.current_stream(q.device).cuda_stream
     for launch in launches:
         loader.launch(target, launch.fn, launch.grid, launch.threads, launch.smem_bytes, p, stream)
 
 
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
 def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, k_new: torch.Tensor | None,
-          v_new: torch.Tensor | None, block_table: torch.Tensor | None, causal: bool, num_splits: int,
+          v_new: torch.Tensor | None, block_table: torch.Tensor | None, masking: Masking, num_splits: int,
           max_keys: int | None, target: Target) -> tuple[list[loader.Launch], tuple[int, ...] | None]:
     """The launches of one call signature (sharing one parameter struct, pointers unset) and the shape of the
     splits' float32 partial outputs (None with one split)."""
     batch, seqlen_q, heads_q, head_dim = q.shape
     heads_kv = k_cache.shape[2]
     packed = heads_q // heads_kv * seqlen_q
-    plan = select(target, dtype_name(q.dtype), head_dim, packed)
+    mask_ext = masking.left != NONE or masking.softcap > 0 or masking.alibi is not None
+    plan = select(target, dtype_name(q.dtype), head_dim, packed, mask_ext)
     paged = block_table is not None
     capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
     bm, bn = plan.attend.tile.block_m, plan.attend.tile.block_n
     row_blocks = -(-packed // bm)
     keys = max(1, min(capacity, max_keys) if max_keys is not None else capacity)
+    if masking.left != NONE and masking.right != NONE:  # the keys some query position sees
+        keys = min(keys, masking.left + seqlen_q + masking.right)
     n_splits = num_splits or splits(target, batch * heads_kv * row_blocks, keys, bn)
     per_split = -(-keys // max(1, min(n_splits, -(-keys // bn))))
     keys_per_split = -(-per_split // bn) * bn  # whole key tiles
@@ -224,9 +248,12 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
         batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q,
         seqlen_new=k_new.shape[1] if k_new is not None else 0, capacity=capacity,
         page_size=k_cache.shape[1] if paged else 0, max_pages=block_table.shape[1] if paged else 0,
-        num_pages=k_cache.shape[0] if paged else 0, causal=int(causal), row_blocks=row_blocks, num_splits=n_splits,
+        num_pages=k_cache.shape[0] if paged else 0, cache_batch=batch if paged else k_cache.shape[0],
+        window_left=masking.left, window_right=masking.right, row_blocks=row_blocks, num_splits=n_splits,
         keys_per_split=keys_per_split, combine_groups=combine_groups(n_splits),
     )
+    if masking.alibi is not None:
+        p.alibi_sb = masking.alibi.stride(0) if masking.alibi.dim() == 2 else 0
     for name, t in (("q", q), ("k", k_cache), ("v", v_cache), ("o", out), ("kn", k_new), ("vn", v_new)):
         if t is None:
             continue

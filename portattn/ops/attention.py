@@ -88,12 +88,10 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     # The kernels store pairs of elements: an output with unaligned rows is written through a temporary.
     dest = out if _in_kernel_layout(_as_4d(out)) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
     q, k, v = _kernel_layout(q), _kernel_layout(k), _kernel_layout(v)
-    decode_mask = masking is PLAIN or (masking.bottom_right and masking.causal and not masking.extended)
-    if (decode_mask and q.shape[2] <= decode.MAX_QUERIES and forced_kernel() is None
+    if (decode.takes(masking) and q.shape[2] <= decode.MAX_QUERIES and forced_kernel() is None
             and decode.serves(launch_target(q.device), q.dtype, q.shape[3])):  # a few query rows: decoding
         decode.run(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), _as_4d(dest).transpose(1, 2), lse,
-                   _lengths(q.shape[0], k.shape[2], q.device), None, None, None, masking.causal, scale, 0,
-                   k.shape[2])
+                   _lengths(q.shape[0], k.shape[2], q.device), None, None, None, masking, scale, 0, k.shape[2])
     else:
         forward.run(q, k, v, _as_4d(dest), lse, scale, masking)
     if dest is not out:
@@ -298,7 +296,8 @@ def mask_args(q: torch.Tensor, k: torch.Tensor, causal: bool, causal_align: str,
               = None) -> MaskArgs:
     """The operators' mask arguments for validated 4-D (or packed 3-D, with ``cu_seqlens``) q and k; raises a
     clear error for a bad one."""
-    problem = mask_problem(q, k, causal_align, window, softcap, alibi_slopes, attn_mask)
+    batch = None if cu_seqlens is None else cu_seqlens[0].shape[0] - 1
+    problem = mask_problem(q, k, causal_align, window, softcap, alibi_slopes, attn_mask, batch)
     if problem:
         raise problem.error
     left, right = (-1, -1) if window is None else window

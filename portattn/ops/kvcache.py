@@ -3,8 +3,11 @@
 Layouts follow flash-attn (``[batch, seq, heads, head_dim]``): q ``[B, Nq, Hq, D]``; the cache ``[B, capacity, Hk, D]``
 or, paged, ``[num_pages, page_size, Hk, D]`` with ``block_table`` int32 ``[B, max_pages]``. ``cache_seqlens[b]``
 keys are in sequence b's cache before the call; new keys ``k``/``v`` ``[B, Nnew, Hk, D]`` are written after them,
-in place, and attention covers all of them. Causal masks are aligned bottom-right: query position i of Nq sees keys
-up to ``L - Nq + i`` for a sequence of L keys.
+in place, and attention covers all of them. ``cache_batch_idx`` names the cache sequence of each batch row,
+``cache_leftpad`` the first cache row of each sequence (flash-attn's arguments). Masks are aligned bottom-right:
+query position i of Nq is aligned with key ``L - Nq + i`` of a sequence of L keys; causal hides the keys after it, a
+window ``(left, right)`` keeps the keys from ``left`` before to ``right`` after it; softcap and ALiBi slopes as in
+``portattn.attention``.
 
 The path of one call: ``attention_with_kvcache`` validates (no device sync) -> ``torch.ops.portattn.attention_with_
 kvcache`` (mutates the caches when appending; torch.compile and CUDA graphs see one call; eager calls on plain
@@ -17,9 +20,10 @@ from typing import Optional, Tuple, Union
 import torch
 
 from ..kernels import decode
+from ..kernels.masking import Masking, window_bounds
 from ..kernels.variant import HEAD_DIMS
 from .attention import _in_kernel_layout, _kernel_layout
-from .support import SUPPORTED_DTYPES, options_problem
+from .support import SUPPORTED_DTYPES, mask_problem, options_problem
 
 PAGE_MULTIPLE = 16
 
@@ -32,25 +36,33 @@ def _new_lse(q: torch.Tensor, return_lse: bool) -> torch.Tensor:
 @torch.library.custom_op("portattn::attention_with_kvcache", mutates_args=("k_cache", "v_cache"), device_types="cuda")
 def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
                k: Optional[torch.Tensor], v: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
-               causal: bool, scale: float, num_splits: int, return_lse: bool,
-               max_keys: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Decode attention (see the module docstring); ``max_keys`` bounds the keys of any sequence (-1: unknown)."""
+               causal: bool, scale: float, num_splits: int, return_lse: bool, max_keys: int, window_left: int,
+               window_right: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
+               cache_batch_idx: Optional[torch.Tensor],
+               cache_leftpad: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Decode attention (see the module docstring); ``max_keys`` bounds the keys of any sequence (-1: unknown);
+    ``window_left``/``window_right``: -1 unbounded."""
     return _kvcache(q, k_cache, v_cache, cache_seqlens, k, v, block_table, causal, scale, num_splits, return_lse,
-                    max_keys)
+                    max_keys, window_left, window_right, softcap, alibi_slopes, cache_batch_idx, cache_leftpad)
 
 
 def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
              k: Optional[torch.Tensor], v: Optional[torch.Tensor], block_table: Optional[torch.Tensor], causal: bool,
-             scale: float, num_splits: int, return_lse: bool, max_keys: int) -> Tuple[torch.Tensor, torch.Tensor]:
+             scale: float, num_splits: int, return_lse: bool, max_keys: int, window_left: int = -1,
+             window_right: int = -1, softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
+             cache_batch_idx: Optional[torch.Tensor] = None,
+             cache_leftpad: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     out, lse = torch.empty_like(q), _new_lse(q, return_lse)
     if q.numel() == 0:
         return out, lse
     if scale < 0:  # the kernels take scale >= 0
         q, scale = -q, -scale
     dest = out if _in_kernel_layout(out) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
+    left, right = window_bounds(causal, (window_left, window_right))
+    masking = Masking(left, right, True, softcap, alibi_slopes)
     decode.run(_kernel_layout(q), k_cache, v_cache, dest, lse if return_lse else None, cache_seqlens,
                None if k is None else _kernel_layout(k), None if v is None else _kernel_layout(v), block_table,
-               causal, scale, num_splits, None if max_keys < 0 else max_keys)
+               masking, scale, num_splits, None if max_keys < 0 else max_keys, cache_batch_idx, cache_leftpad)
     if dest is not out:
         out.copy_(dest)
     return out, lse
@@ -59,8 +71,10 @@ def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cach
 @kvcache_op.register_fake
 def _kvcache_fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
                   k: Optional[torch.Tensor], v: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
-                  causal: bool, scale: float, num_splits: int, return_lse: bool,
-                  max_keys: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                  causal: bool, scale: float, num_splits: int, return_lse: bool, max_keys: int, window_left: int,
+                  window_right: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
+                  cache_batch_idx: Optional[torch.Tensor],
+                  cache_leftpad: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     return torch.empty_like(q), _new_lse(q, return_lse)
 
 
@@ -72,10 +86,25 @@ def _check_4d(name: str, t: object, dims: str) -> torch.Tensor:
     return t
 
 
+def _check_index(name: str, t: object, batch: int, device: torch.device) -> Optional[list[int]]:
+    """An int32 ``[batch]`` index tensor on ``device`` or the CPU (None: absent); its values when on the CPU."""
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.shape != (batch,):
+        what = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise TypeError(f"{name} must be an int32 tensor of shape [{batch}], got {what}")
+    if t.device.type != "cpu":
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device} but q is on {device}")
+        return None
+    return t.tolist()
+
+
 def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k: object, v: object,
-           block_table: object, num_splits: object) -> int:
+           block_table: object, num_splits: object, cache_batch_idx: object = None,
+           cache_leftpad: object = None) -> int:
     """Validate without touching the device; returns the largest number of keys of a sequence (-1: not known,
-    the lengths live on the device, where the kernels check them)."""
+    the lengths live on the device, where the kernels check them, as they check index tensors there)."""
     q = _check_4d("q", q, "[batch, seqlen_q, heads, head_dim]")
     k_cache = _check_4d("k_cache", k_cache, "[batch, capacity, heads_kv, head_dim] or pages")
     v_cache = _check_4d("v_cache", v_cache, "[batch, capacity, heads_kv, head_dim] or pages")
@@ -101,9 +130,16 @@ def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k
         if t.numel() and not _in_kernel_layout(t):
             raise ValueError(f"{name} must have unit stride along head_dim and 16-byte aligned rows (it is written "
                              "in place, so it cannot be copied)")
+    cache_rows = _check_index("cache_batch_idx", cache_batch_idx, batch, q.device)
+    if cache_batch_idx is not None and block_table is not None:
+        raise ValueError("cache_batch_idx cannot be combined with block_table (the page table names each "
+                         "sequence's pages)")
     if block_table is None:
-        if k_cache.shape[0] != batch:
+        if cache_batch_idx is None and k_cache.shape[0] != batch:
             raise ValueError(f"k_cache holds {k_cache.shape[0]} sequences but q has batch {batch}")
+        if cache_rows is not None and any(not 0 <= r < k_cache.shape[0] for r in cache_rows):
+            raise ValueError(f"cache_batch_idx must lie in [0, {k_cache.shape[0]}) (k_cache's sequences), got "
+                             f"{cache_rows}")
         capacity = k_cache.shape[1]
     else:
         if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2:
@@ -130,8 +166,12 @@ def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k
         if k.shape != v.shape:
             raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
         new = k.shape[1]
+        if cache_rows is not None and len(set(cache_rows)) < batch:
+            raise ValueError(f"cache_batch_idx must not repeat a sequence when new keys are appended, got "
+                             f"{cache_rows}")
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError(f"num_splits must be an int >= 0 (0: chosen from the shape), got {num_splits!r}")
+    leftpad = _check_index("cache_leftpad", cache_leftpad, batch, q.device)
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         lengths = [cache_seqlens] * batch
     elif isinstance(cache_seqlens, torch.Tensor):
@@ -149,6 +189,8 @@ def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k
         if n < 0 or n + new > capacity:
             raise ValueError(f"cache_seqlens[{b}] = {n} with {new} new keys does not fit the cache's {capacity} "
                              "keys")
+        if leftpad is not None and not 0 <= leftpad[b] <= n:
+            raise ValueError(f"cache_leftpad[{b}] = {leftpad[b]} must lie in [0, cache_seqlens[{b}] = {n}]")
     return max(lengths, default=0) + new
 
 
@@ -161,21 +203,36 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            cache_seqlens: Union[int, torch.Tensor], k: Optional[torch.Tensor] = None,
                            v: Optional[torch.Tensor] = None, block_table: Optional[torch.Tensor] = None,
                            causal: bool = True, scale: Optional[float] = None, num_splits: int = 0,
-                           return_lse: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+                           return_lse: bool = False, window: Optional[Tuple[int, int]] = None, softcap: float = 0.0,
+                           alibi_slopes: Optional[torch.Tensor] = None, cache_batch_idx: Optional[torch.Tensor] = None,
+                           cache_leftpad: Optional[torch.Tensor] = None
+                           ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Attention of ``q`` ``[B, Nq, Hq, D]`` over each sequence's KV cache, for generation.
 
-    ``k_cache``/``v_cache``: ``[B, capacity, Hk, D]``, or pages ``[num_pages, page_size, Hk, D]`` (page_size a
+    ``k_cache``/``v_cache``: ``[B_cache, capacity, Hk, D]``, or pages ``[num_pages, page_size, Hk, D]`` (page_size a
     multiple of 16) with ``block_table`` int32 ``[B, max_pages]`` naming each sequence's pages in order.
-    ``cache_seqlens`` (int, or int32 ``[B]``): keys already in each cache. ``k``/``v`` ``[B, Nnew, Hk, D]``, when
-    given, are written into the caches after them (in place) and attended to. ``causal`` aligns bottom-right (query
-    position i of Nq sees keys up to ``L - Nq + i``). ``num_splits``: key splits per sequence (0: chosen from the
-    shape and the GPU). Returns ``out`` ``[B, Nq, Hq, D]`` (and the natural-log LSE ``[B, Hq, Nq]`` with
-    ``return_lse``). Arguments are checked without a device sync; lengths and page indices that live on the GPU
-    are checked by the kernels, which return NaN for a sequence whose length does not fit its cache or whose page
-    table names a page outside the pool (never reading or writing outside them).
+    ``cache_seqlens`` (int, or int32 ``[B]``): where each sequence's keys end in its cache before the call.
+    ``k``/``v`` ``[B, Nnew, Hk, D]``, when given, are written into the caches after them (in place) and attended to.
+    ``cache_batch_idx`` (int32 ``[B]``, contiguous caches): the cache sequence of each batch row (else row b, and
+    ``B_cache = B``); distinct when new keys are appended. ``cache_leftpad`` (int32 ``[B]``): each sequence's keys
+    start at that cache row (left padding before it is not attended to).
+
+    Masks are aligned bottom-right: query position i of Nq is aligned with the key ``L - Nq + i`` of a sequence of L
+    keys. ``causal`` hides the keys after it; ``window=(left, right)`` keeps the keys from ``left`` before to
+    ``right`` after it (-1: unbounded; with ``causal`` right is 0); ``softcap`` and ``alibi_slopes`` (float32
+    ``[Hq]`` or ``[B, Hq]``) as in ``portattn.attention``. ``num_splits``: key splits per sequence (0: chosen from
+    the shape and the GPU). Returns ``out`` ``[B, Nq, Hq, D]`` (and the natural-log LSE ``[B, Hq, Nq]`` with
+    ``return_lse``); a query position that sees no key gives zeros (LSE -inf).
+
+    Arguments are checked without a device sync; lengths, index tensors and page indices that live on the GPU are
+    checked by the kernels, which return NaN for a sequence whose length does not fit its cache, whose
+    ``cache_batch_idx`` or ``cache_leftpad`` is out of range, or whose page table names a page outside the pool
+    (never reading or writing outside them).
     """
-    max_keys = _check(q, k_cache, v_cache, cache_seqlens, k, v, block_table, num_splits)
-    problem = options_problem(causal, scale)
+    max_keys = _check(q, k_cache, v_cache, cache_seqlens, k, v, block_table, num_splits, cache_batch_idx,
+                      cache_leftpad)
+    problem = options_problem(causal, scale) or mask_problem(q.transpose(1, 2), k_cache.transpose(1, 2),
+                                                             "bottom-right", window, softcap, alibi_slopes, None)
     if problem:
         raise problem.error
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
@@ -184,12 +241,14 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     _check_gpu(q)
     if not isinstance(cache_seqlens, torch.Tensor):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
-    elif cache_seqlens.device != q.device:
-        cache_seqlens = cache_seqlens.to(q.device)
+    cache_seqlens, cache_batch_idx, cache_leftpad = (
+        t if t is None or t.device == q.device else t.to(q.device) for t in (cache_seqlens, cache_batch_idx,
+                                                                             cache_leftpad))
     scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
+    left, right = (-1, -1) if window is None else window
     # Eager calls on plain tensors (not fake or functional ones while tracing): the operator's body, no dispatch.
     direct = type(q) is torch.Tensor and type(k_cache) is torch.Tensor and not torch.compiler.is_compiling()
     op = _kvcache if direct else torch.ops.portattn.attention_with_kvcache
     out, lse = op(q, k_cache, v_cache, cache_seqlens, k, v, block_table, causal, scale, num_splits, return_lse,
-                  max_keys)
+                  max_keys, int(left), int(right), float(softcap), alibi_slopes, cache_batch_idx, cache_leftpad)
     return (out, lse) if return_lse else out

@@ -120,9 +120,9 @@ def sdpa_problem(query: object, key: object, value: object, attn_mask: object, d
 
 
 def mask_problem(q: torch.Tensor, k: torch.Tensor, causal_align: object, window: object, softcap: object,
-                 alibi_slopes: object, attn_mask: object) -> Unsupported | None:
-    """The rule for the mask options of ``attention`` and the flash-attn functions, for validated q and k (4-D, or
-    packed 3-D ``[total, heads, head_dim]``)."""
+                 alibi_slopes: object, attn_mask: object, batch: int | None = None) -> Unsupported | None:
+    """The rule for the mask options of ``attention`` and the flash-attn functions, for validated q and k (4-D
+    ``[batch, heads, seq, head_dim]``, or packed 3-D ``[total, heads, head_dim]`` of ``batch`` sequences)."""
     if causal_align not in ("top-left", "bottom-right"):
         return Unsupported("arguments", ValueError(
             f"causal_align must be 'top-left' or 'bottom-right', got {causal_align!r}"))
@@ -134,16 +134,18 @@ def mask_problem(q: torch.Tensor, k: torch.Tensor, causal_align: object, window:
     if isinstance(softcap, bool) or not isinstance(softcap, Real) or not math.isfinite(softcap) or softcap < 0:
         return Unsupported("arguments", ValueError(f"softcap must be a finite number >= 0 (0: none), got {softcap!r}"))
     heads_q = q.shape[-2] if q.dim() == 3 else q.shape[1]
+    batch = q.shape[0] if q.dim() == 4 else batch
     if alibi_slopes is not None:
         if not isinstance(alibi_slopes, torch.Tensor):
             return Unsupported("arguments", TypeError(
                 f"alibi_slopes must be a torch.Tensor, got {type(alibi_slopes).__name__}"))
         if (alibi_slopes.dtype != torch.float32 or alibi_slopes.device != q.device or alibi_slopes.dim() not in (1, 2)
-                or alibi_slopes.shape[-1] != heads_q or alibi_slopes.stride(-1) != 1):
+                or alibi_slopes.shape[-1] != heads_q or alibi_slopes.stride(-1) != 1
+                or alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != batch):
             return Unsupported("arguments", ValueError(
                 f"alibi_slopes must be float32 [heads_q] or [batch, heads_q] with unit stride along heads, on "
-                f"{q.device}, heads_q = {heads_q}; got {alibi_slopes.dtype} {tuple(alibi_slopes.shape)} on "
-                f"{alibi_slopes.device}"))
+                f"{q.device}, batch = {batch}, heads_q = {heads_q}; got {alibi_slopes.dtype} "
+                f"{tuple(alibi_slopes.shape)} on {alibi_slopes.device}"))
         if alibi_slopes.requires_grad and torch.is_grad_enabled():
             return Unsupported("arguments", NotImplementedError("alibi_slopes cannot require grad"))
     if attn_mask is not None:

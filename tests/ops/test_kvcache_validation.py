@@ -12,6 +12,7 @@ def meta(*shape, dtype=torch.float16):
 
 Q, CACHE = meta(2, 1, 8, 64), meta(2, 128, 2, 64)
 PAGES, TABLE = meta(10, 32, 2, 64), torch.zeros(2, 4, dtype=torch.int32, device="meta")
+IDX = torch.zeros(2, dtype=torch.int32, device="meta")
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
@@ -44,6 +45,22 @@ PAGES, TABLE = meta(10, 32, 2, 64), torch.zeros(2, 4, dtype=torch.int32, device=
     (dict(k_cache=PAGES, v_cache=PAGES, block_table=TABLE, cache_seqlens=129), ValueError,
      "does not fit the cache's 128 keys"),
     (dict(causal=1), TypeError, "causal must be a bool"),
+    (dict(cache_batch_idx=torch.tensor([0, 1])), TypeError, r"cache_batch_idx must be an int32 tensor of shape \[2\]"),
+    (dict(k_cache=PAGES, v_cache=PAGES, block_table=TABLE, cache_batch_idx=IDX), ValueError,
+     "cache_batch_idx cannot be combined with block_table"),
+    (dict(cache_batch_idx=torch.tensor([0, 5], dtype=torch.int32)), ValueError,
+     r"cache_batch_idx must lie in \[0, 2\)"),
+    (dict(cache_batch_idx=torch.tensor([1, 1], dtype=torch.int32), k=meta(2, 1, 2, 64), v=meta(2, 1, 2, 64)),
+     ValueError, "cache_batch_idx must not repeat a sequence"),
+    (dict(q=meta(3, 1, 8, 64), cache_batch_idx=torch.tensor([1, 0, 1], dtype=torch.int32)), None, None),
+    (dict(cache_leftpad=torch.tensor([0, 6], dtype=torch.int32)), ValueError,
+     r"cache_leftpad\[1\] = 6 must lie in \[0, cache_seqlens\[1\] = 5\]"),
+    (dict(cache_leftpad=torch.zeros(2, dtype=torch.int32, device="meta")), None, None),
+    (dict(window=(3,)), ValueError, "window must be a pair of ints"),
+    (dict(softcap=-1.0), ValueError, "softcap must be a finite number >= 0"),
+    (dict(alibi_slopes=torch.zeros(2, 8, device="meta")), None, None),
+    (dict(alibi_slopes=torch.zeros(3, 8, device="meta")), ValueError, r"alibi_slopes must be float32 \[heads_q\]"),
+    (dict(alibi_slopes=torch.zeros(2, device="meta")), ValueError, "heads_q = 8"),
 ])
 def test_bad_arguments(kwargs, exc, match):
     args = dict(q=Q, k_cache=CACHE, v_cache=CACHE, cache_seqlens=5) | kwargs

@@ -32,7 +32,7 @@ def rand(gen, dtype, *shape):
 
 
 def max_rel(x, ref):
-    x, ref = x.double(), ref.double()
+    x, ref = x.detach().double(), ref.detach().double()
     finite = torch.isfinite(ref)
     assert torch.equal(torch.isfinite(x), finite), "infinite or NaN entries differ from the reference"
     if not bool(finite.any()):
@@ -254,3 +254,76 @@ def test_flash_attn_with_kvcache_rotary(gen):
             ref, _ = reference_masked(rot(q[i]).transpose(0, 1)[None], keys.transpose(0, 1)[None],
                                       vals.transpose(0, 1)[None], causal=True, bottom_right=True)
             assert max_rel(out[i], ref[0].transpose(0, 1)) <= OUT_TOL[torch.float16]
+
+
+KVCACHE_MASKS = {
+    "window": dict(causal=True, window=(37, 0)),
+    "window-both": dict(causal=False, window=(50, 7)),
+    "softcap": dict(causal=True, softcap=3.0),
+    "alibi": dict(causal=False, alibi="heads"),
+    "alibi-batch-window": dict(causal=True, alibi="batch", window=(90, 0)),
+}
+
+
+@pytest.mark.parametrize("splits", [0, 1, 5])
+@pytest.mark.parametrize("nq", [1, 5])
+@pytest.mark.parametrize("layout", ["contiguous", "batch-idx", "paged"])
+@pytest.mark.parametrize("mask", KVCACHE_MASKS)
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_kvcache_masks(gen, dtype, mask, layout, nq, splits):
+    """attention_with_kvcache with windows, softcap and ALiBi (bottom-right), left padding, cache_batch_idx and
+    paged caches, per sequence against float64 over the keys each sequence holds."""
+    b, cap, hk, hq, d = 3, 256, 2, 6, 64
+    opts = dict(KVCACHE_MASKS[mask])
+    alibi = opts.pop("alibi", None)
+    if alibi is not None:
+        shape = (b, hq) if alibi == "batch" else (hq,)
+        opts["alibi_slopes"] = torch.rand(*shape, device="cuda", generator=gen) * 0.3
+    ends, pads = [256, 70, 140], [0, 9, 100]
+    cache_b = [2, 0, 1] if layout == "batch-idx" else [0, 1, 2]
+    q = rand(gen, dtype, b, nq, hq, d)
+    k_cache, v_cache = rand(gen, dtype, b, cap, hk, d), rand(gen, dtype, b, cap, hk, d)
+    args = dict(cache_seqlens=torch.tensor(ends, dtype=torch.int32, device="cuda"),
+                cache_leftpad=torch.tensor(pads, dtype=torch.int32, device="cuda"), num_splits=splits)
+    kc, vc = k_cache, v_cache
+    if layout == "batch-idx":
+        args["cache_batch_idx"] = torch.tensor(cache_b, dtype=torch.int32, device="cuda")
+    elif layout == "paged":
+        order = torch.randperm(b * cap // 32, device="cuda", generator=gen)
+        args["block_table"] = order.view(b, cap // 32).to(torch.int32)
+        kc, vc = (torch.empty_like(t).view(-1, 32, hk, d) for t in (k_cache, v_cache))
+        kc[order], vc[order] = k_cache.view(-1, 32, hk, d), v_cache.view(-1, 32, hk, d)
+    out, lse = portattn.attention_with_kvcache(q, kc, vc, return_lse=True, **opts, **args)
+    for i in range(b):
+        keys = (t[cache_b[i], pads[i]:ends[i]].transpose(0, 1)[None] for t in (k_cache, v_cache))
+        slopes = opts.get("alibi_slopes")
+        ref, ref_lse = reference_masked(q[i].transpose(0, 1)[None], *keys, causal=opts["causal"], bottom_right=True,
+                                        window=opts.get("window", (-1, -1)), softcap=opts.get("softcap", 0.0),
+                                        alibi_slopes=None if slopes is None else slopes[i] if slopes.dim() == 2
+                                        else slopes)
+        assert max_rel(out[i], ref[0].transpose(0, 1)) <= OUT_TOL[dtype], i
+        assert max_rel(lse[i], ref_lse[0]) <= OUT_TOL[dtype], i
+
+
+def test_kvcache_rows_without_keys_and_appends_with_leftpad(gen):
+    """Query positions before a sequence's first key (fewer keys than positions, after left padding) give zeros and
+    LSE -inf; new keys land after cache_seqlens (left padding does not move them) and are attended to."""
+    b, cap, hk, hq, d, nq, new = 2, 64, 2, 2, 64, 4, 2
+    k_cache, v_cache = rand(gen, torch.float16, b, cap, hk, d), rand(gen, torch.float16, b, cap, hk, d)
+    q, k, v = rand(gen, torch.float16, b, nq, hq, d), rand(gen, torch.float16, b, new, hk, d), \
+        rand(gen, torch.float16, b, new, hk, d)
+    ends, pads = [20, 33], [20, 3]
+    kc, vc = k_cache.clone(), v_cache.clone()
+    torch.full_like(q, math.nan)  # freed at once: the output reuses the block, rows left unwritten stay NaN
+    out, lse = portattn.attention_with_kvcache(
+        q, kc, vc, k=k, v=v, cache_seqlens=torch.tensor(ends, dtype=torch.int32, device="cuda"),
+        cache_leftpad=torch.tensor(pads, dtype=torch.int32, device="cuda"), window=(1, 0), return_lse=True)
+    assert not bool(torch.isfinite(lse[0, :, :2]).any()) and not bool(out[0, :2].any())
+    for i in range(b):
+        e, p = ends[i], pads[i]
+        assert torch.equal(kc[i, e:e + new], k[i]) and torch.equal(vc[i, e:e + new], v[i])
+        keys = (t[i, p:e + new].transpose(0, 1)[None] for t in (kc, vc))
+        ref, ref_lse = reference_masked(q[i].transpose(0, 1)[None], *keys, causal=True, bottom_right=True,
+                                        window=(1, 0))
+        assert max_rel(out[i], ref[0].transpose(0, 1)) <= OUT_TOL[torch.float16]
+        assert max_rel(lse[i], ref_lse[0]) <= OUT_TOL[torch.float16]
