@@ -39,6 +39,7 @@ struct PaBwdParams {
     pa_i64 alibi_sb;
     int batch, heads_q, heads_kv, seqlen_q, seqlen_k;  // seqlen_*: the longest sequence's with cu_seqlens
     int total_q;                                       // rows per head of the row arrays: seqlen_q, or every packed row
+    int total_k;                                       // rows of the packed k tensor (cu_seqlens' bound)
     int bottom_right;               // 1: the diagonal is aligned bottom-right in each sequence (0: upper-left)
     int window_left, window_right;  // keys visible around the diagonal (PaMask; PA_MASK_NONE: unbounded)
     int mask_kind;                  // PA_MASK_BOOL, ... when mask is set

@@ -27,6 +27,7 @@ struct PaFwdParams {
     pa_i64 mask_sb, mask_sh, mask_sn;
     pa_i64 alibi_sb;
     int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
+    int total_q, total_k;           // rows of the packed q and k tensors (cu_seqlens' bound)
     int bottom_right;               // 1: the diagonal is aligned bottom-right in each sequence (0: upper-left)
     int window_left, window_right;  // keys visible around the diagonal (PaMask; PA_MASK_NONE: unbounded)
     int mask_kind;                  // PA_MASK_BOOL, ... (pa_mask.cuh) when mask is set

@@ -142,8 +142,10 @@ PA_DEVICE bool pa_mod_any(const F&) {
     return true;
 }
 
-// One sequence of a batch, from a family's parameters (members cu_seqlens_q / _k, seqlen_q / _k, bottom_right,
-// window_left / _right): its first rows in the (packed) tensors, its lengths and its mask. Without PA_MASK_EXT every
+// One sequence of a batch, from a family's parameters (members cu_seqlens_q / _k, seqlen_q / _k, total_q / _k,
+// bottom_right, window_left / _right): its first rows in the (packed) tensors, its lengths and its mask. Offsets that
+// leave the packed tensors, decrease, or give a sequence longer than seqlen_q / _k (the longest, from the host) make
+// the sequence empty: the kernels never read or write outside the tensors for them. Without PA_MASK_EXT every
 // sequence has the full lengths and no row's keys start after key 0.
 struct PaSeq {
     pa_i64 q_start, k_start;  // first row of the sequence along the queries and the keys (0 without cu_seqlens)
@@ -155,10 +157,14 @@ PA_DEVICE PaSeq pa_seq(const Params& p, int b) {
     PaSeq s{0, 0, p.seqlen_q, p.seqlen_k, PaMask{}};
 #if PA_MASK_EXT
     if (p.cu_seqlens_q != nullptr) {
-        s.q_start = p.cu_seqlens_q[b];
-        s.seqlen_q = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
-        s.k_start = p.cu_seqlens_k[b];
-        s.seqlen_k = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+        const int q0 = p.cu_seqlens_q[b], q1 = p.cu_seqlens_q[b + 1];
+        const int k0 = p.cu_seqlens_k[b], k1 = p.cu_seqlens_k[b + 1];
+        const bool ok = 0 <= q0 && q0 <= q1 && q1 <= p.total_q && q1 - q0 <= p.seqlen_q && 0 <= k0 && k0 <= k1 &&
+                        k1 <= p.total_k && k1 - k0 <= p.seqlen_k;
+        s.q_start = ok ? q0 : 0;
+        s.seqlen_q = ok ? q1 - q0 : 0;
+        s.k_start = ok ? k0 : 0;
+        s.seqlen_k = ok ? k1 - k0 : 0;
     }
     const int left = p.window_left;
 #else

@@ -302,7 +302,7 @@ def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
         dq_accum=dq_accum.data_ptr() if dq_accum is not None else None,
         dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
         batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-        total_q=rows_shape[2], scale=scale, scale_log2=scale * 1.4426950408889634, num_m_blocks=num_m_blocks,
+        total_q=rows_shape[2], total_k=k.shape[2], scale=scale, scale_log2=scale * 1.4426950408889634, num_m_blocks=num_m_blocks,
         num_n_blocks=num_n_blocks, dq_atomic=int(not deterministic),
     )
     set_mask_fields(p, masking)

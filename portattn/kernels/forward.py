@@ -282,7 +282,7 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
     if items >= 2**31:
         raise ValueError(f"problem too large: {items} blocks (batch * heads * query blocks must be < 2**31)")
     p = FwdParams(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-                  num_m_blocks=num_m_blocks)
+                  total_q=q.shape[2], total_k=k.shape[2], num_m_blocks=num_m_blocks)
     for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
         sb, sh, sn = _strides(t)
         setattr(p, f"{name}_sb", sb)

@@ -190,6 +190,25 @@ def test_varlen_against_each_sequence(gen, needs_backward, dtype, opts):
             assert err <= GRAD_TOL[dtype], (name, i, err)
 
 
+def test_varlen_offsets_outside_the_tensors_stay_inside(gen, needs_backward):
+    """cu_seqlens are read on the GPU without a check by the host (flash-attn's contract): a sequence whose offsets
+    leave the packed tensors, decrease or exceed max_seqlen is skipped by every kernel, forward and backward, with no
+    access outside the tensors; the valid sequences are unaffected."""
+    needs_backward(torch.float16)
+    lens = [40, 70]
+    q, k, v = (_pack(gen, torch.float16, lens, 2, 64) for _ in range(3))
+    good = flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 70, 70, causal=True)
+    first, second = slice(0, 40), slice(40, 110)
+    for bad, longest, valid in (([0, 40, 1 << 20], 70, first), ([0, 40, 30], 70, first), ([0, 40, 111], 70, first),
+                                ([-5, 40, 110], 70, second), ([0, 40, 110], 60, first)):
+        cu = torch.tensor(bad, dtype=torch.int32, device="cuda")
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = flash_attn_varlen_func(*leaves, cu, cu, longest, longest, causal=True)
+        out.backward(torch.ones_like(out))
+        torch.cuda.synchronize()
+        assert max_rel(out[valid], good[valid]) <= OUT_TOL[torch.float16], bad
+
+
 def test_varlen_lse_and_packed_variants(gen):
     lens = [33, 200, 5]
     qkv = rand(gen, torch.float16, sum(lens), 3, 4, 64)
