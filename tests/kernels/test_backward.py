@@ -42,7 +42,9 @@ def portattn_grads(q, k, v, dout, causal=False, scale=None, deterministic=None):
 
 # Allowed beyond twice SDPA's error. float32: the backward's delta = rowsum(dO * O) carries the rounding of the
 # forward's float32 output (3xTF32, about 1e-6 relative) into dS, which SDPA's more precise float32 forward does not
-# have; measured up to 7.2e-6 relative to the largest gradient (SDPA: up to 1e-6).
+# have; measured up to 7.2e-6 relative to the largest gradient (SDPA: up to 1e-6). 16-bit: the rounding of the
+# exact gradient to the dtype (check adds it), because one sample's largest error can sit half an ulp either side of
+# SDPA's (a bf16 dQ with atomic sums once measured 6.3e-3 against SDPA's 2.9e-3).
 SLACK = {torch.float32: 1e-5, torch.float16: 1e-6, torch.bfloat16: 1e-6}
 # Without SDPA to compare with (scales SDPA does not take the same way, the LSE's gradient): errors relative to the
 # largest gradient. float32: as above, plus grouped-query sums over several heads (seen up to 1.3e-5).
@@ -62,7 +64,9 @@ def check(q, k, v, causal=False, scale=None, against_sdpa=True, gen=None):
         assert err == err, f"NaN in {name}"
         if sdpa is not None:
             sdpa_err = max_rel(sdpa[i], refs[i], largest)
-            assert err <= 2 * sdpa_err + SLACK[q.dtype], f"{name}: portattn {err:.3e} vs SDPA {sdpa_err:.3e}"
+            rounding = 0.0 if q.dtype == torch.float32 else max_rel(refs[i].to(q.dtype), refs[i], largest)
+            bound = 2 * sdpa_err + SLACK[q.dtype] + rounding
+            assert err <= bound, f"{name}: portattn {err:.3e} vs SDPA {sdpa_err:.3e} (bound {bound:.3e})"
         else:
             assert err <= TOL[q.dtype], (name, err)
 
