@@ -29,6 +29,7 @@ from .variant import (
     KernelSpec,
     Rows,
     TileConfig,
+    current_stream,
     dtype_name,
     forced_kernel,
     launch_target,
@@ -302,8 +303,8 @@ def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
         dq_accum=dq_accum.data_ptr() if dq_accum is not None else None,
         dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
         batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-        total_q=rows_shape[2], total_k=k.shape[2], scale=scale, scale_log2=scale * 1.4426950408889634, num_m_blocks=num_m_blocks,
-        num_n_blocks=num_n_blocks, dq_atomic=int(not deterministic),
+        total_q=rows_shape[2], total_k=k.shape[2], scale=scale, scale_log2=scale * 1.4426950408889634,
+        num_m_blocks=num_m_blocks, num_n_blocks=num_n_blocks, dq_atomic=int(not deterministic),
     )
     set_mask_fields(p, masking)
     for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("do", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
@@ -311,7 +312,7 @@ def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
         setattr(p, f"{name}_sb", sb)
         setattr(p, f"{name}_sh", sh)
         setattr(p, f"{name}_sn", sn)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
+    stream = current_stream(q.device)
     device = q.device.index
     grids = {
         "prep": -(-rows_shape[0] * heads_q * rows_shape[2] // plan.prep.tile.block_m),

@@ -26,7 +26,18 @@ from ..runtime import loader
 from ..runtime.params import struct_from_header
 from ..runtime.target import Target
 from .masking import NONE, Masking
-from .variant import DTYPES, HALF, HEAD_DIMS, KernelSpec, Rows, TileConfig, dtype_name, launch_target, rows
+from .variant import (
+    DTYPES,
+    HALF,
+    HEAD_DIMS,
+    KernelSpec,
+    Rows,
+    TileConfig,
+    current_stream,
+    dtype_name,
+    launch_target,
+    rows,
+)
 
 T = TileConfig
 F32 = ("float32",)
@@ -214,7 +225,7 @@ def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torc
     p.cache_batch_idx, p.cache_leftpad = _ptr(cache_batch_idx), _ptr(cache_leftpad)
     p.alibi_slopes, p.softcap = _ptr(masking.alibi), masking.softcap
     p.scale, p.scale_log2 = scale, scale * 1.4426950408889634
-    stream = torch.cuda.current_stream(q.device).cuda_stream
+    stream = current_stream(q.device)
     for launch in launches:
         loader.launch(target, launch.fn, launch.grid, launch.threads, launch.smem_bytes, p, stream)
 

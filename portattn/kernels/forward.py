@@ -26,6 +26,7 @@ from .variant import (
     KernelSpec,
     Rows,
     TileConfig,
+    current_stream,
     dtype_name,
     forced_kernel,
     launch_target,
@@ -264,7 +265,7 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, ls
     if launch is None:
         launch = loader.remember(_launches, key, _plan(q, k, v, out, lse, masking, target, hooks.tweak))
     fields = {} if masking is PLAIN or masking is CAUSAL else call_fields(masking)
-    launch(torch.cuda.current_stream(q.device).cuda_stream, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
+    launch(current_stream(q.device), q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
            o=out.data_ptr(), lse=lse.data_ptr() if lse is not None else None, scale=scale,
            scale_log2=scale * 1.4426950408889634, **fields)
 

@@ -321,7 +321,8 @@ def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     # Eager inference on plain tensors (not fake or functional ones while tracing): the operator's body, no dispatch.
     if not grad and type(q) is torch.Tensor and not torch.compiler.is_compiling():
-        out, lse = _attention(q, k, v, causal, scale, return_lse, masks)
+        out, lse = torch.empty_like(q), _new_lse(q, True) if return_lse else None
+        _forward_into(q, k, v, out, lse, causal, scale, masks)
     else:
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()
