@@ -2,7 +2,8 @@
 
 Layers, each a package that imports only from the ones before it: ``runtime`` (targets, compilers, cache, drivers),
 ``kernels`` (the kernel families: tile tables, variant choice, launch), ``ops`` (torch operators and the public
-functions), ``integrations`` (the SDPA patch), ``tools`` (command line, benchmark, report, reference, testing hooks).
+functions), ``integrations`` (the SDPA patch, flash-attn's functions, transformers' attention), ``tools`` (command
+line, benchmark, report, reference, testing hooks).
 The kernel sources are ``src_cuda/`` (and ``src_hip/``, made from it by ``portattn-hipify``).
 """
 from __future__ import annotations

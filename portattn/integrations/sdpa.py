@@ -83,6 +83,12 @@ def _fallback_reason(args: tuple, kwargs: dict) -> str | None:
         return "empty"
     if q.device.type != "cuda":
         return "device"
+    return kernel_reason(q, k, v)
+
+
+def kernel_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """For valid GPU inputs: "target" when portattn has no forward kernel for their GPU, dtype and head dim,
+    "backward" when one requires grad and it has no backward kernel for them, else None."""
     if not _target_supports(q.device, q.dtype, q.shape[3]):
         return "target"
     if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
