@@ -30,6 +30,7 @@ from ..errors import UnsupportedTargetError
 from ..kernels import backward as bwd_kernels
 from ..kernels import forward as fwd_kernels
 from ..ops import attention as ops
+from ..ops import eager
 from ..ops.support import sdpa_problem
 from ..runtime import target as targets
 
@@ -99,6 +100,16 @@ def kernel_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | No
 
 def _route(*args: object, **kwargs: object) -> torch.Tensor:
     """The patched ``scaled_dot_product_attention``: portattn when it can take the call, else the original."""
+    try:
+        call = _sdpa_args(*args, **kwargs)
+    except TypeError:
+        call = None
+    record = None if call is None else ops.sdpa_signature(*call)
+    result = None if record is None else eager.replay(record, call[0], call[1], call[2])
+    if result is not None:  # a call that ran on portattn before
+        for stats in _active:
+            stats.portattn += 1
+        return result
     reason = _fallback_reason(args, kwargs)
     for stats in _active:
         if reason is None:
@@ -108,8 +119,8 @@ def _route(*args: object, **kwargs: object) -> torch.Tensor:
             stats.fallback_reasons[reason] += 1
     if reason is not None:
         return _original(*args, **kwargs)  # type: ignore[misc]
-    q, k, v, mask, _, is_causal, scale, _ = _sdpa_args(*args, **kwargs)
-    return ops.call_sdpa(q, k, v, mask, is_causal, scale)
+    q, k, v, mask, _, is_causal, scale, _ = call
+    return ops.call_sdpa(q, k, v, mask, is_causal, scale, record)
 
 
 def enable_sdpa_patch() -> SdpaStats:

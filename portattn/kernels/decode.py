@@ -17,6 +17,7 @@ number of splits comes from the shape and the GPU's multiprocessor count (``spli
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -189,18 +190,21 @@ def _strides_bnh(t: torch.Tensor) -> tuple[int, int, int]:
     return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
 
 
-_plans: dict[tuple, tuple[list[loader.Launch], tuple[int, ...] | None]] = {}
+# The launches of a call signature (sharing one parameter struct) and the shape of its float32 partial outputs.
+Launches = tuple[list[loader.Launch], tuple[int, ...] | None]
+_plans: dict[tuple, Launches] = {}
 
 
 def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
         cache_seqlens: torch.Tensor, k_new: torch.Tensor | None, v_new: torch.Tensor | None,
         block_table: torch.Tensor | None, masking: Masking, scale: float, num_splits: int, max_keys: int | None,
-        cache_batch_idx: torch.Tensor | None = None, cache_leftpad: torch.Tensor | None = None) -> None:
+        cache_batch_idx: torch.Tensor | None = None, cache_leftpad: torch.Tensor | None = None) -> Launches:
     """Append (when k_new is given), attend and combine on ``q``'s device and torch's current stream. Inputs are
     validated, in kernel layouts (unit stride along the head dim, 16-byte aligned rows), ``scale >= 0``;
     ``cache_seqlens`` (and ``cache_batch_idx``, ``cache_leftpad``) are int32 on the device; ``masking`` is aligned
     bottom-right and has no mask tensor or variable lengths; ``max_keys`` bounds the keys of any sequence when the
-    caller knows it. The launch state of a call signature is made once."""
+    caller knows it. The launch state of a call signature is made once; it is returned, so that a caller can
+    ``start`` it again on tensors of the same signature."""
     target = launch_target(q.device)
     key = (target, q.device.index, q.dtype, q.shape, q.stride(), k_cache.shape, k_cache.stride(), v_cache.stride(),
            out.stride(),
@@ -210,33 +214,41 @@ def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torc
     if plan is None:
         plan = loader.remember(_plans, key, _plan(q, k_cache, v_cache, out, k_new, v_new, block_table, masking,
                                                   num_splits, max_keys, target))
+    start(plan, q, k_cache, v_cache, out, lse, cache_seqlens, k_new, v_new, block_table, masking, scale,
+          cache_batch_idx, cache_leftpad)
+    return plan
+
+
+def start(plan: Launches, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
+          lse: torch.Tensor | None, cache_seqlens: torch.Tensor, k_new: torch.Tensor | None,
+          v_new: torch.Tensor | None, block_table: torch.Tensor | None, masking: Masking, scale: float,
+          cache_batch_idx: torch.Tensor | None = None, cache_leftpad: torch.Tensor | None = None) -> None:
+    """Launch ``plan`` (from ``run``) on tensors of its signature (only their addresses are read)."""
     launches, part_shape = plan
     o_part = lse_part = None
-    if part_shape is not None:
-        o_part = torch.empty(part_shape, dtype=torch.float32, device=q.device)
-        lse_part = torch.empty(part_shape[:-1], dtype=torch.float32, device=q.device)
-    p = type(launches[0].params).from_buffer_copy(launches[0].params)
+    if part_shape is not None:  # one allocation: the partial outputs, then their LSE
+        parts = torch.empty(math.prod(part_shape) + math.prod(part_shape[:-1]), dtype=torch.float32,
+                            device=q.device)
+        o_part, lse_part = parts, parts[math.prod(part_shape):]
+    p = type(launches[0].params).from_buffer_copy(launches[0].params)  # pointers null, softcap 0
     p.q, p.k, p.v, p.o = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
-    p.lse = _ptr(lse)
-    p.o_part, p.lse_part = _ptr(o_part), _ptr(lse_part)
-    p.k_new, p.v_new = _ptr(k_new), _ptr(v_new)
     p.cache_seqlens = cache_seqlens.data_ptr()
-    p.block_table = _ptr(block_table)
-    p.cache_batch_idx, p.cache_leftpad = _ptr(cache_batch_idx), _ptr(cache_leftpad)
-    p.alibi_slopes, p.softcap = _ptr(masking.alibi), masking.softcap
     p.scale, p.scale_log2 = scale, scale * 1.4426950408889634
+    for name, t in (("lse", lse), ("o_part", o_part), ("lse_part", lse_part), ("k_new", k_new), ("v_new", v_new),
+                    ("block_table", block_table), ("cache_batch_idx", cache_batch_idx),
+                    ("cache_leftpad", cache_leftpad), ("alibi_slopes", masking.alibi)):
+        if t is not None:
+            setattr(p, name, t.data_ptr())
+    if masking.softcap > 0:
+        p.softcap = masking.softcap
     stream = current_stream(q.device)
     for launch in launches:
-        loader.launch(target, launch.fn, launch.grid, launch.threads, launch.smem_bytes, p, stream)
-
-
-def _ptr(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
+        loader.launch(launch.target, launch.fn, launch.grid, launch.threads, launch.smem_bytes, p, stream)
 
 
 def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, k_new: torch.Tensor | None,
           v_new: torch.Tensor | None, block_table: torch.Tensor | None, masking: Masking, num_splits: int,
-          max_keys: int | None, target: Target) -> tuple[list[loader.Launch], tuple[int, ...] | None]:
+          max_keys: int | None, target: Target) -> Launches:
     """The launches of one call signature (sharing one parameter struct, pointers unset) and the shape of the
     splits' float32 partial outputs (None with one split)."""
     batch, seqlen_q, heads_q, head_dim = q.shape

@@ -252,11 +252,12 @@ _launches: dict[tuple, loader.Launch] = {}
 
 
 def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
-        scale: float, masking: Masking) -> None:
+        scale: float, masking: Masking) -> loader.Launch:
     """Launch the forward on ``q``'s device and torch's current stream. Inputs are validated, non-empty, in a
     layout the kernels read in place, and ``scale >= 0``. q, k, v and out are [batch, heads, seq, head_dim] views;
     with ``masking.varlen`` their batch is 1 and seq the packed rows of all sequences, and ``lse`` is
-    [heads_q, total_q] (else [batch, heads_q, seq_q]). The launch state of a call signature is made once."""
+    [heads_q, total_q] (else [batch, heads_q, seq_q]). The launch state of a call signature is made once; it is
+    returned, so that a caller can ``start`` it again on tensors of the same signature."""
     target = launch_target(q.device)
     hooks = OVERRIDES.get()
     key = (target, q.device.index, q.dtype, q.shape, k.shape, q.stride(), k.stride(), v.stride(), out.stride(),
@@ -264,10 +265,17 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, ls
     launch = _launches.get(key)
     if launch is None:
         launch = loader.remember(_launches, key, _plan(q, k, v, out, lse, masking, target, hooks.tweak))
+    start(launch, q, k, v, out, lse, scale, masking)
+    return launch
+
+
+def start(launch: loader.Launch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+          lse: torch.Tensor | None, scale: float, masking: Masking) -> None:
+    """Launch ``launch`` (from ``run``) on tensors of its signature (only their addresses are read)."""
     fields = {} if masking is PLAIN or masking is CAUSAL else call_fields(masking)
-    launch(current_stream(q.device), q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
-           o=out.data_ptr(), lse=lse.data_ptr() if lse is not None else None, scale=scale,
-           scale_log2=scale * 1.4426950408889634, **fields)
+    launch(current_stream(q.device), q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(),
+           lse=lse.data_ptr() if lse is not None else None, scale=scale, scale_log2=scale * 1.4426950408889634,
+           **fields)
 
 
 def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,

@@ -1,0 +1,67 @@
+"""Repeated eager calls replay the launches of an earlier call of their signature (ops/eager.py): each replayed
+call computes on its own inputs (against float64), the patch counts replayed calls, and a call that differs in
+anything the checks or the kernel choice read (gradients, alignment, options, dtype, shape) does not replay."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import portattn
+from portattn.ops import eager
+from portattn.tools.reference import reference_attention, relative_error
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_target")]
+TOL = {torch.float16: 3e-3, torch.float32: 1e-5}
+
+
+def rand(gen, dtype, *shape):
+    return torch.randn(*shape, device="cuda", generator=gen).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("nq,causal", [(1, False), (5, False), (300, False), (300, True)])
+def test_replayed_calls_compute_on_their_own_inputs(gen, dtype, nq, causal):
+    """Decode-shaped (one and five query rows) and forward calls, each repeated with fresh inputs: the second and
+    later calls replay, and every result matches float64 on its own inputs."""
+    for call in range(3):
+        q, k, v = rand(gen, dtype, 2, 8, nq, 64), rand(gen, dtype, 2, 2, 300, 64), rand(gen, dtype, 2, 2, 300, 64)
+        key = eager.signature(q, k, v, causal, None, True)
+        if call == 0:
+            eager._replays.pop(key, None)  # an earlier test may have made this call
+        assert key is not None and (key in eager._replays) == (call > 0)
+        torch.full_like(q, float("nan"))  # freed at once: the output reuses the block
+        out = portattn.attention(q, k, v, causal=causal)
+        assert relative_error(out, reference_attention(q, k, v, causal)[0]) <= TOL[dtype], call
+
+
+def test_patched_sdpa_replays_and_counts(gen):
+    q, k, v = (rand(gen, torch.float16, 1, 4, 1, 128) for _ in range(3))
+    k, v = rand(gen, torch.float16, 1, 4, 700, 128), rand(gen, torch.float16, 1, 4, 700, 128)
+    with portattn.patch_sdpa() as stats:
+        for _ in range(3):
+            q = rand(gen, torch.float16, 1, 4, 1, 128)
+            out = F.scaled_dot_product_attention(q, k, v)
+            assert relative_error(out, reference_attention(q, k, v, False)[0]) <= TOL[torch.float16]
+    assert stats.portattn == 3 and stats.fallback == 0
+    assert eager.signature(q, k, v, False, None, False) in eager._replays
+
+
+def test_calls_that_differ_do_not_replay(gen):
+    q, k, v = (rand(gen, torch.float16, 1, 2, 64, 64) for _ in range(3))
+    portattn.attention(q, k, v, causal=True)
+    assert eager.signature(q, k, v, True, None, True) in eager._replays
+    assert eager.signature(q, k, v, False, None, True) != eager.signature(q, k, v, True, None, True)
+    assert eager.signature(q, k, v, True, 0.5, True) != eager.signature(q, k, v, True, None, True)
+    assert eager.signature(q, k, v, 1, None, True) is None  # not a bool: the checks raise
+    assert eager.signature(q, k, v, True, 1, True) is None  # an int scale takes the checked path
+    leaf = q.clone().requires_grad_()
+    assert eager.signature(leaf, k, v, True, None, True) is None
+    with torch.no_grad():
+        assert eager.signature(leaf, k, v, True, None, True) is not None
+    # An unaligned view of the same shape and strides: not replayed (the first call read in place), still right.
+    base = rand(gen, torch.float16, 1 * 2 * 64 * 64 + 1)
+    shifted = base[1:].view(1, 2, 64, 64)
+    assert eager.signature(shifted, k, v, True, None, True) is None
+    out = portattn.attention(shifted, k, v, causal=True)
+    assert relative_error(out, reference_attention(shifted, k, v, True)[0]) <= TOL[torch.float16]
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        portattn.attention(q, k, v, causal=1)
