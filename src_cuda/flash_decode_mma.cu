@@ -14,14 +14,15 @@
 // range or a page outside the pool turns the block's rows into NaN (the host checks what it can without a device
 // sync; this is the backstop). Compiled with PA_MASK_EXT: windows with a left bound, softcap and ALiBi slopes.
 //
-// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_STAGES, PA_SMEM_BYTES,
-// PA_BF16, PA_F32.
+// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_STAGES, PA_MIN_BLOCKS (blocks
+// per SM / CU the registers must fit), PA_SMEM_BYTES, PA_BF16, PA_F32.
 #include "pa_decode_params.cuh"
 #include "pa_softmax.cuh"
 #include "pa_tile.cuh"
 
-#if !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_STAGES) || !defined(PA_SMEM_BYTES)
-#error "PA_BLOCK_M, PA_BLOCK_N, PA_STAGES and PA_SMEM_BYTES must be defined by the host"
+#if !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_STAGES) || !defined(PA_MIN_BLOCKS) || \
+    !defined(PA_SMEM_BYTES)
+#error "PA_BLOCK_M, PA_BLOCK_N, PA_STAGES, PA_MIN_BLOCKS and PA_SMEM_BYTES must be defined by the host"
 #endif
 #if PA_MMA_WGMMA
 #error "the decode kernel runs on the synchronous tile products"
@@ -48,7 +49,7 @@ static_assert(PA_SMEM_BYTES == (int)sizeof(pa_elem) * (pa_tile_elems<BM>() + 2 *
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_decode_mma(const PaDecodeParams p) {
+extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash_decode_mma(const PaDecodeParams p) {
     extern __shared__ float4 pa_smem4[];
     pa_elem* q_s = pa_tile_base(pa_smem4);
     pa_elem* k_s = q_s + pa_tile_elems<BM>();

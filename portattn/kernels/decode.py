@@ -52,8 +52,12 @@ _NV = rows(HALF, {d: T(block_m=16, block_n=32, threads=32, stages=3) for d in (3
 _NV_WIDE = {key: replace(tile, block_m=64, threads=128) for key, tile in _NV.items()}
 # 64 KiB of LDS per CU, synchronous copies on HIP (one buffer): 4-wave workgroups of 64 packed rows with 16-key
 # tiles keep two workgroups (two waves per SIMD) on a CU where their tiles fit twice (16-bit d <= 128, float32
-# d <= 64); float32 d = 256 takes one wave of 16 rows.
-_AMD = rows(HALF + F32, {d: T(block_m=64, block_n=16, threads=256) for d in HEAD_DIMS}) | rows(
+# d <= 64), and there the registers are held to that too (min_blocks, which also keeps CDNA1's 256 VGPRs within
+# two waves); float32 d = 256 takes one wave of 16 rows.
+_AMD = rows(HALF, {d: T(block_m=64, block_n=16, threads=256, min_blocks=2) for d in (32, 64, 96, 128)}) | rows(
+    F32, {d: T(block_m=64, block_n=16, threads=256, min_blocks=2) for d in (32, 64)}) | rows(
+    HALF, {256: T(block_m=64, block_n=16, threads=256)}) | rows(
+    F32, {d: T(block_m=64, block_n=16, threads=256) for d in (96, 128)}) | rows(
     F32, {256: T(block_m=16, block_n=16, threads=64)})
 _AMD_NO_BF16 = {key: tile for key, tile in _AMD.items() if key[0] != "bfloat16"}
 
@@ -96,7 +100,7 @@ class DecodeSpec(KernelSpec):
 
     def family_defines(self) -> dict[str, int]:
         if self.stage == "attend":
-            return {"PA_STAGES": self.tile.stages}
+            return {"PA_STAGES": self.tile.stages, "PA_MIN_BLOCKS": self.tile.min_blocks}
         return {"PA_ROW_LANES": self.tile.row_lanes} if self.stage == "combine" else {}
 
     @property

@@ -133,6 +133,7 @@ MMA_TILES_SHORT: dict[str, Rows] = {
 # differ from the others. The per-element masking and score modifiers hold more registers: the rows at the register
 # limit take a tile with fewer rows per wave or one block per SM instead of spilling.
 _NV_MMA_EXT = rows(HALF, {
+    64: T(block_m=64, block_n=64, threads=128),
     96: T(block_m=64, block_n=64, threads=128),
     128: T(block_m=64, block_n=64, threads=128),
     256: T(block_m=64, block_n=32, threads=128),
