@@ -30,7 +30,6 @@ from ..errors import UnsupportedTargetError
 from ..kernels import backward as bwd_kernels
 from ..kernels import forward as fwd_kernels
 from ..ops import attention as ops
-from ..ops import eager
 from ..ops.support import sdpa_problem
 from ..runtime import target as targets
 
@@ -71,12 +70,12 @@ def _target_supports(device: torch.device, dtype: torch.dtype, head_dim: int, ba
     return ok
 
 
-def _fallback_reason(args: tuple, kwargs: dict) -> str | None:
-    """Why portattn cannot take this call (a reason name), or None when it can."""
-    try:
-        q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = _sdpa_args(*args, **kwargs)
-    except TypeError:
+def _fallback_reason(call: tuple | None) -> str | None:
+    """Why portattn cannot take a call (its arguments from ``_sdpa_args``, None when they do not parse): a reason
+    name, or None when it can."""
+    if call is None:
         return "arguments"
+    q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = call
     problem = sdpa_problem(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa)
     if problem:
         return problem.reason
@@ -104,19 +103,16 @@ def _route(*args: object, **kwargs: object) -> torch.Tensor:
         call = _sdpa_args(*args, **kwargs)
     except TypeError:
         call = None
-    record = None if call is None else ops.sdpa_signature(*call)
-    result = None if record is None else eager.replay(record, call[0], call[1], call[2])
-    if result is not None:  # a call that ran on portattn before
-        for stats in _active:
-            stats.portattn += 1
-        return result
-    reason = _fallback_reason(args, kwargs)
+    record, result = (None, None) if call is None else ops.sdpa_replay(*call)  # a call that ran on portattn before
+    reason = None if result is not None else _fallback_reason(call)
     for stats in _active:
         if reason is None:
             stats.portattn += 1
         else:
             stats.fallback += 1
             stats.fallback_reasons[reason] += 1
+    if result is not None:
+        return result
     if reason is not None:
         return _original(*args, **kwargs)  # type: ignore[misc]
     q, k, v, mask, _, is_causal, scale, _ = call

@@ -36,6 +36,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from ..ops import eager
 from ..ops.attention import attention
 from ..ops.support import Unsupported, gpu_problem, sdpa_problem
 from .sdpa import kernel_reason
@@ -135,7 +136,12 @@ def portattn_attention_forward(module: torch.nn.Module, query: torch.Tensor, key
     if kwargs.get("s_aux") is not None:
         raise NotImplementedError("attention sinks (s_aux) are not supported by portattn; load this model with "
                                   "attn_implementation=\"eager\"")
-    problem = _unsupported(query, key, value, attention_mask, dropout, scaling, kwargs.get("position_bias"))
+    causal = _causal(module, query, attention_mask, is_causal)
+    # Unmasked calls of a signature portattn took before skip the checks (portattn.attention replays them).
+    checked = (attention_mask is None and not softcap and dropout == 0 and kwargs.get("position_bias") is None
+               and eager.ran_before(query, key, value, causal, scaling, True))
+    problem = None if checked else _unsupported(query, key, value, attention_mask, dropout, scaling,
+                                                kwargs.get("position_bias"))
     if problem is not None:
         if problem.reason not in _warned:
             _warned.add(problem.reason)
@@ -153,8 +159,8 @@ def portattn_attention_forward(module: torch.nn.Module, query: torch.Tensor, key
         out = attention(query, key, value, causal=True, causal_align="bottom-right", window=window, scale=scaling,
                         softcap=softcap or 0.0, attn_mask=padding)
     else:
-        out = attention(query, key, value, causal=_causal(module, query, attention_mask, is_causal), scale=scaling,
-                        softcap=softcap or 0.0, attn_mask=attention_mask)
+        out = attention(query, key, value, causal=causal, scale=scaling, softcap=softcap or 0.0,
+                        attn_mask=attention_mask)
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -295,8 +295,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     record = None
     if (out is None and not return_lse and causal_align == "top-left" and window is None and softcap == 0.0
             and alibi_slopes is None and attn_mask is None and (deterministic is None or type(deterministic) is bool)):
-        record = eager.signature(q, k, v, causal, scale, True)
-        result = None if record is None else eager.replay(record, q, k, v)
+        record, result = eager.replay(q, k, v, causal, scale, True)
         if result is not None:
             return result
     problem = qkv_problem(q, k, v) or options_problem(causal, scale)
@@ -369,8 +368,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     query and key/value head counts need ``enable_gqa=True``. Differentiable in query, key and value; the backward
     is deterministic when ``torch.use_deterministic_algorithms(True)`` is set.
     """
-    record = sdpa_signature(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    result = None if record is None else eager.replay(record, query, key, value)
+    record, result = sdpa_replay(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if result is not None:
         return result
     problem = sdpa_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
@@ -379,12 +377,12 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     return call_sdpa(query, key, value, attn_mask, is_causal, scale, record)
 
 
-def sdpa_signature(query: object, key: object, value: object, attn_mask: object, dropout_p: object,
-                   is_causal: object, scale: object, enable_gqa: object) -> Optional[tuple]:
-    """The replay key (``eager.signature``) of an SDPA call without a mask or dropout, else None."""
+def sdpa_replay(query: object, key: object, value: object, attn_mask: object, dropout_p: object, is_causal: object,
+                scale: object, enable_gqa: object) -> tuple[Optional[tuple], Optional[torch.Tensor]]:
+    """``eager.replay`` for an SDPA call without a mask or dropout; ``(None, None)`` for any other."""
     if attn_mask is not None or dropout_p != 0 or type(enable_gqa) is not bool:
-        return None
-    return eager.signature(query, key, value, is_causal, scale, enable_gqa)
+        return None, None
+    return eager.replay(query, key, value, is_causal, scale, enable_gqa)
 
 
 def call_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor],

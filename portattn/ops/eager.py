@@ -32,14 +32,24 @@ def signature(q: object, k: object, v: object, causal: object, scale: object, gq
             os.environ.get(KERNEL_ENV))
 
 
-def replay(key: tuple, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Optional[torch.Tensor]:
-    """The output of the call of ``key`` on q, k, v when one ran before (None otherwise)."""
-    fn = _replays.get(key)
+def replay(q: object, k: object, v: object, causal: object, scale: object,
+           gqa: object) -> tuple[Optional[tuple], Optional[torch.Tensor]]:
+    """``(key, out)``: the call's ``signature`` (None when it may not replay) and, when a call of that signature ran
+    before, its output on q, k, v (else None: the caller takes the checked path and remembers its launches under the
+    key)."""
+    key = signature(q, k, v, causal, scale, gqa)
+    fn = None if key is None else _replays.get(key)
     if fn is None:
-        return None
+        return key, None
     out = torch.empty_like(q)
     fn(q, k, v, out)
-    return out
+    return key, out
+
+
+def ran_before(q: object, k: object, v: object, causal: object, scale: object, gqa: object) -> bool:
+    """Whether a call of this signature ran before (so that ``replay`` gives its output without checks)."""
+    key = signature(q, k, v, causal, scale, gqa)
+    return key is not None and key in _replays
 
 
 def remember(key: tuple, fn: Replay) -> None:

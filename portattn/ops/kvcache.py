@@ -86,13 +86,13 @@ def _check_4d(name: str, t: object, dims: str) -> torch.Tensor:
     return t
 
 
-def _check_index(name: str, t: object, batch: int, device: torch.device) -> Optional[list[int]]:
-    """An int32 ``[batch]`` index tensor on ``device`` or the CPU (None: absent); its values when on the CPU."""
-    if t is None:
-        return None
+def _check_index(name: str, t: object, batch: int, device: torch.device,
+                 expected: str = "an int32 tensor") -> Optional[list[int]]:
+    """An int32 ``[batch]`` tensor on ``device`` or the CPU (``expected`` names what the argument may be); its
+    values when on the CPU, else None (the kernels check them)."""
     if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.shape != (batch,):
         what = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
-        raise TypeError(f"{name} must be an int32 tensor of shape [{batch}], got {what}")
+        raise TypeError(f"{name} must be {expected} of shape [{batch}], got {what}")
     if t.device.type != "cpu":
         if t.device != device:
             raise ValueError(f"{name} is on {t.device} but q is on {device}")
@@ -130,7 +130,8 @@ def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k
         if t.numel() and not _in_kernel_layout(t):
             raise ValueError(f"{name} must have unit stride along head_dim and 16-byte aligned rows (it is written "
                              "in place, so it cannot be copied)")
-    cache_rows = _check_index("cache_batch_idx", cache_batch_idx, batch, q.device)
+    cache_rows = None if cache_batch_idx is None else _check_index("cache_batch_idx", cache_batch_idx, batch,
+                                                                   q.device)
     if cache_batch_idx is not None and block_table is not None:
         raise ValueError("cache_batch_idx cannot be combined with block_table (the page table names each "
                          "sequence's pages)")
@@ -171,20 +172,13 @@ def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k
                              f"{cache_rows}")
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError(f"num_splits must be an int >= 0 (0: chosen from the shape), got {num_splits!r}")
-    leftpad = _check_index("cache_leftpad", cache_leftpad, batch, q.device)
+    leftpad = None if cache_leftpad is None else _check_index("cache_leftpad", cache_leftpad, batch, q.device)
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         lengths = [cache_seqlens] * batch
-    elif isinstance(cache_seqlens, torch.Tensor):
-        if cache_seqlens.dtype != torch.int32 or cache_seqlens.shape != (batch,):
-            raise TypeError(f"cache_seqlens must be an int or an int32 tensor of shape [{batch}], got "
-                            f"{cache_seqlens.dtype} {tuple(cache_seqlens.shape)}")
-        if cache_seqlens.device.type == "cuda":
-            if cache_seqlens.device != q.device:
-                raise ValueError(f"cache_seqlens is on {cache_seqlens.device} but q is on {q.device}")
-            return -1
-        lengths = cache_seqlens.tolist()
     else:
-        raise TypeError(f"cache_seqlens must be an int or an int32 tensor, got {type(cache_seqlens).__name__}")
+        lengths = _check_index("cache_seqlens", cache_seqlens, batch, q.device, "an int or an int32 tensor")
+        if lengths is None:
+            return -1
     for b, n in enumerate(lengths):
         if n < 0 or n + new > capacity:
             raise ValueError(f"cache_seqlens[{b}] = {n} with {new} new keys does not fit the cache's {capacity} "

@@ -128,17 +128,17 @@ def test_calls_that_require_grad_are_taken_unless_no_backward_kernel(fake_sm90, 
     """The routing decision for inputs that require grad (on fake CUDA tensors: a CPU-only torch cannot build their
     autograd graph; the routed training calls themselves run in the GPU tests)."""
     import portattn.kernels.backward as backward
-    from portattn.integrations.sdpa import _fallback_reason
+    from portattn.integrations.sdpa import _fallback_reason, _sdpa_args
 
     with FakeTensorMode():
         q = torch.empty(2, 8, 100, 64, device="cuda", requires_grad=True)
         kv = torch.empty(2, 2, 120, 64, device="cuda", requires_grad=True)
-        assert _fallback_reason((q, kv, kv), {"is_causal": True, "enable_gqa": True}) is None
+        assert _fallback_reason(_sdpa_args(q, kv, kv, is_causal=True, enable_gqa=True)) is None
         monkeypatch.setattr(backward, "has_kernel", lambda target, dtype, head_dim=64: False)
         monkeypatch.setattr(portattn.integrations.sdpa, "_target_ok", {})
-        assert _fallback_reason((q, kv, kv), {"enable_gqa": True}) == "backward"
+        assert _fallback_reason(_sdpa_args(q, kv, kv, enable_gqa=True)) == "backward"
         with torch.no_grad():
-            assert _fallback_reason((q, kv, kv), {"enable_gqa": True}) is None
+            assert _fallback_reason(_sdpa_args(q, kv, kv, enable_gqa=True)) is None
 
 
 def test_unknown_gpu_falls_back(monkeypatch):
