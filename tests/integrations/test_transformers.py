@@ -370,3 +370,20 @@ def test_attention_sinks_are_refused():
     q = torch.randn(1, 2, 3, 64)
     with pytest.raises(NotImplementedError, match="s_aux"):
         pt.portattn_attention_forward(torch.nn.Module(), q, q, q, None, s_aux=torch.zeros(2))
+
+
+def test_unmasked_call_of_a_known_signature_skips_the_checks(monkeypatch):
+    """An unmasked call whose signature portattn.attention ran before goes straight to it (which replays its
+    launches): no fallback, no checks; any other call is checked (on the CPU: it falls back)."""
+    from portattn.ops import eager
+
+    monkeypatch.setattr(eager, "_replays", {})
+    monkeypatch.setattr(pt, "_warned", set())
+    module = torch.nn.Module()
+    module.is_causal = True
+    q, k = torch.randn(2, 4, 5, 64), torch.randn(2, 4, 5, 64)
+    eager.remember(eager.signature(q, k, k, True, 0.125, True), lambda q, k, v, out: out.copy_(q + 1))
+    out, weights = pt.portattn_attention_forward(module, q, k, k, None, scaling=0.125)
+    assert torch.equal(out, (q + 1).transpose(1, 2)) and weights is None
+    with pytest.warns(UserWarning, match="portattn cannot take an attention call"):
+        pt.portattn_attention_forward(module, q, k, k, None, scaling=0.25)
