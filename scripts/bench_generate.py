@@ -1,7 +1,7 @@
 """Greedy generation speed with a Hugging Face transformers Llama (12 layers, 16 query heads on 4 key/value heads,
 d = 128, hidden 2048, random weights, bfloat16): tokens per second of ``model.generate`` with SDPA (its default
 backend), under ``portattn.patch_sdpa`` and with ``attn_implementation="portattn"``, same process and prompts,
-median of 3 runs after a warmup run. Prints a Markdown table."""
+median of 5 runs after a warmup run. Prints a Markdown table."""
 from __future__ import annotations
 
 import statistics
@@ -27,7 +27,7 @@ def tokens_per_s(model, ids: torch.Tensor, patched: bool) -> float:
         return ids.shape[0] * NEW / (time.perf_counter() - start)
 
     run()
-    return statistics.median(run() for _ in range(3))
+    return statistics.median(run() for _ in range(5))
 
 
 def main() -> None:

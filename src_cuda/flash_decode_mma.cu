@@ -104,9 +104,9 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     const PaTileLoader<BN> kv_loader;
     // Start copying K and V of the tile at key n0 into buffer `slot` (one commit group).
     auto load_tile = [&](int n0, int slot) {
-        kv_loader.start_rows(
+        kv_loader.start_rows_once(
             k_s + slot * KV, [&](int r) { return cache_row(p.k, p.k_sb, p.k_sn, p.k_sh, n0 + r); }, n_end - n0);
-        kv_loader.start_rows(
+        kv_loader.start_rows_once(
             v_s + slot * KV, [&](int r) { return cache_row(p.v, p.v_sb, p.v_sn, p.v_sh, n0 + r); }, n_end - n0);
     };
 

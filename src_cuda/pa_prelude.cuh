@@ -101,6 +101,14 @@ PA_DEVICE float pa_shfl(float v, int src_lane, int width) { return __shfl_sync(0
 PA_DEVICE pa_lanemask_t pa_ballot(bool pred) { return __ballot_sync(0xffffffffu, pred); }
 #endif
 
+// pa_shfl of a pointer: two 32-bit shuffles (bit patterns pass through unchanged).
+PA_DEVICE const void* pa_shfl_ptr(const void* v, int src_lane, int width) {
+    const unsigned long long bits = reinterpret_cast<unsigned long long>(v);
+    const unsigned lo = __float_as_uint(pa_shfl(__uint_as_float((unsigned)bits), src_lane, width));
+    const unsigned hi = __float_as_uint(pa_shfl(__uint_as_float((unsigned)(bits >> 32)), src_lane, width));
+    return reinterpret_cast<const void*>(((unsigned long long)hi << 32) | lo);
+}
+
 // Butterfly reductions over segments of WIDTH lanes; every lane of the segment gets the result.
 #if defined(PA_TESTING_WAVE32_REDUCTION_BUG)
 // Deliberately wrong, for the test suite's sensitivity check only: reductions stop at 32 lanes.

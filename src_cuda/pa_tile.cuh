@@ -271,6 +271,24 @@ struct PaTileLoader {
             }
         }
     }
+    // start_rows for a costly row_of (a page-table lookup): where a thread copies many rows, lane r of each wave
+    // works out row r's address once, and the copies take it from that lane.
+    template <class RowOf>
+    PA_DEVICE void start_rows_once(pa_elem* tile, const RowOf& row_of, int valid) const {
+        if constexpr (!KEEP && ROWS <= PA_WARP_SIZE && TOTAL % PA_THREADS == 0) {
+            const int mine = pa_lane_id() % ROWS;
+            const pa_elem* mine_src = mine < valid ? row_of(mine) : nullptr;
+#pragma unroll
+            for (int i = 0; i < COPIES; ++i) {
+                const int idx = (int)threadIdx.x + i * PA_THREADS;
+                const int r = idx / CHUNKS, c = idx % CHUNKS * PA_TILE_CHUNK;
+                const pa_elem* src = static_cast<const pa_elem*>(pa_shfl_ptr(mine_src, r, PA_WARP_SIZE));
+                pa_async_copy16(tile + pa_tile_offset<ROWS>(r, c), r < valid ? src + c : nullptr, r < valid);
+            }
+        } else {
+            start_rows(tile, row_of, valid);
+        }
+    }
     // Start copying rows of `src` (row stride `stride`); rows at or past `valid` become zeros.
     PA_DEVICE void start(pa_elem* tile, const pa_elem* src, pa_i64 stride, int valid) const {
         start_rows(tile, [=](int r) { return src + r * stride; }, valid);

@@ -24,7 +24,9 @@ import torch
 
 from ..errors import UnsupportedTargetError
 from ..runtime import loader
+from ..runtime.compiler import compile_kernel
 from ..runtime.params import struct_from_header
+from ..runtime.resources import blocks_per_multiprocessor
 from ..runtime.target import Target
 from .masking import NONE, Masking
 from .variant import (
@@ -65,14 +67,19 @@ DECODE_TILES: dict[str, tuple[Rows, ...]] = {
     "sm80": (_NV, _NV_WIDE), "sm86": (_NV, _NV_WIDE), "sm90": (_NV, _NV_WIDE),
     "cdna1": (_AMD_NO_BF16,), "cdna2": (_AMD,), "cdna3": (_AMD,), "cdna4": (_AMD,),
 }
-HELPER_THREADS = 256  # append and combine kernels
-COMBINE_ROW_LANES = 16  # lanes of a combine slot (HELPER_THREADS / COMBINE_ROW_LANES slots per block)
+HELPER_THREADS = 256  # append kernel
+COMBINE_THREADS = 512
+COMBINE_ROW_LANES = 16  # lanes of a combine slot (COMBINE_THREADS / COMBINE_ROW_LANES slots per block)
 COMBINE_SPLITS_PER_SLOT = 4  # the combine spreads a row's splits over enough slots for about this many each
 MAX_SPLITS = 256
 MAX_QUERIES = 16  # attention calls with at most this many query rows (not causal) run as decoding
-# Automatic splits: enough blocks for this many per multiprocessor (about four rounds of the blocks that fit at once
-# on an H100, so the last round's tail stays small; scripts/tune_decode.py).
-SPLIT_BLOCKS_PER_SM = 16
+# Automatic splits: about this many rounds of the attend blocks that the GPU holds at once, the round count whole
+# where it can be (a part-filled last round is a tail at the end of the kernel). More rounds shorten the splits and
+# add partial results; scripts/tune_decode.py.
+SPLIT_ROUNDS = 2
+# A split takes at least this many key tiles: shorter ones cost more in partial writes and the combine launch than
+# their parallel reading saves (scripts/tune_decode.py), and a short cache then needs no combine.
+MIN_SPLIT_TILES = 2
 
 DecodeParams = struct_from_header("pa_decode_params.cuh", "PaDecodeParams")
 
@@ -138,10 +145,11 @@ def select(target: Target, dtype: str, head_dim: int, packed_rows: int = 1, mask
     if not fitting:
         candidates[0].check_fits(target)  # raises, naming the shared memory it needs
     attend = next((c for c in fitting if c.tile.block_m >= packed_rows), fitting[-1])
-    helper = T(block_m=HELPER_THREADS // COMBINE_ROW_LANES, block_n=0, threads=HELPER_THREADS,
-               row_lanes=COMBINE_ROW_LANES)
+    helper = T(block_m=HELPER_THREADS // COMBINE_ROW_LANES, block_n=0, threads=HELPER_THREADS)
+    combine = T(block_m=COMBINE_THREADS // COMBINE_ROW_LANES, block_n=0, threads=COMBINE_THREADS,
+                row_lanes=COMBINE_ROW_LANES)
     return DecodePlan(replace(attend, tile=helper, stage="append", mask_ext=False), attend,
-                      replace(attend, tile=helper, stage="combine", mask_ext=False))
+                      replace(attend, tile=combine, stage="combine", mask_ext=False))
 
 
 def _fits(spec: DecodeSpec, target: Target) -> bool:
@@ -176,17 +184,26 @@ def shipped_variants(target: Target) -> list[DecodeSpec]:
     return specs  # a tile that does not fit the target gives way to one that does (select)
 
 
-def splits(target: Target, base_blocks: int, keys: int, block_n: int) -> int:
-    """Key splits per (sequence, head, row block): enough blocks for SPLIT_BLOCKS_PER_SM per multiprocessor, at
-    least one key tile per split, at most MAX_SPLITS."""
-    wanted = -(-SPLIT_BLOCKS_PER_SM * target.multiprocessors // max(base_blocks, 1))
-    return max(1, min(wanted, -(-keys // block_n), MAX_SPLITS))
+def splits(resident: int, base_blocks: int, keys: int, block_n: int) -> int:
+    """Key splits per (sequence, head, row block), for ``base_blocks`` of those and ``resident`` attend blocks held
+    by the GPU at once: at least MIN_SPLIT_TILES key tiles per split, at most MAX_SPLITS, and up to SPLIT_ROUNDS
+    rounds of blocks; of those counts the one that fills its last round best (ties: the most splits)."""
+    base = max(base_blocks, 1)
+    most = max(1, min(-(-SPLIT_ROUNDS * resident // base), keys // (MIN_SPLIT_TILES * block_n), MAX_SPLITS))
+    fill = lambda n: round(base * n / (-(-base * n // resident) * resident), 2)  # noqa: E731
+    return max(range(1, most + 1), key=lambda n: (fill(n), n))
+
+
+def resident_blocks(spec: DecodeSpec, target: Target) -> int:
+    """Blocks of the attend kernel ``spec`` that ``target`` holds at once (compiles it when not cached)."""
+    res = compile_kernel(spec, target).resources
+    return target.multiprocessors * blocks_per_multiprocessor(res, spec.tile.threads, spec.smem_bytes, target)
 
 
 def combine_groups(n_splits: int) -> int:
     """Slots of the combine kernel that share one row: a power of two, at most a block's slots."""
     wanted = -(-n_splits // COMBINE_SPLITS_PER_SLOT)
-    return min(HELPER_THREADS // COMBINE_ROW_LANES, 1 << max(0, wanted - 1).bit_length())
+    return min(COMBINE_THREADS // COMBINE_ROW_LANES, 1 << max(0, wanted - 1).bit_length())
 
 
 def _strides_bnh(t: torch.Tensor) -> tuple[int, int, int]:
@@ -267,7 +284,7 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
     keys = max(1, min(capacity, max_keys) if max_keys is not None else capacity)
     if masking.left != NONE and masking.right != NONE:  # the keys some query position sees
         keys = min(keys, masking.left + seqlen_q + masking.right)
-    n_splits = num_splits or splits(target, batch * heads_kv * row_blocks, keys, bn)
+    n_splits = num_splits or splits(resident_blocks(plan.attend, target), batch * heads_kv * row_blocks, keys, bn)
     per_split = -(-keys // max(1, min(n_splits, -(-keys // bn))))
     keys_per_split = -(-per_split // bn) * bn  # whole key tiles
     n_splits = -(-keys // keys_per_split)

@@ -112,6 +112,12 @@ def nvidia_blocks_per_sm(res: Resources, threads: int, smem_bytes: int, target: 
 def amd_waves_per_simd(res: Resources, threads: int, smem_bytes: int, target: Target) -> int:
     """Waves per SIMD of a kernel on an AMD ``target`` (its family's ``WAVE_SLOTS`` rules): whole workgroups of
     ``threads`` threads with ``smem_bytes`` of dynamic LDS each, limited by vector registers and LDS."""
+    waves_per_group = -(-threads // target.lanes)
+    return amd_groups_per_cu(res, threads, smem_bytes, target) * waves_per_group // WAVE_SLOTS[target.family].simds
+
+
+def amd_groups_per_cu(res: Resources, threads: int, smem_bytes: int, target: Target) -> int:
+    """Resident workgroups per CU of a kernel on an AMD ``target`` (see ``amd_waves_per_simd``)."""
     slots = WAVE_SLOTS.get(target.family)
     if slots is None:
         raise ValueError(f"no occupancy rules for {target.arch} (family {target.family}); known: "
@@ -123,8 +129,14 @@ def amd_waves_per_simd(res: Resources, threads: int, smem_bytes: int, target: Ta
     lds = -(-(res.static_smem + smem_bytes) // 512) * 512
     groups_by_lds = target.smem_per_multiprocessor // lds if lds else 32
     groups_by_vgpr = (by_vgpr * slots.simds) // waves_per_group
-    groups = min(groups_by_lds, groups_by_vgpr, 32)
-    return (groups * waves_per_group) // slots.simds
+    return min(groups_by_lds, groups_by_vgpr, 32)
+
+
+def blocks_per_multiprocessor(res: Resources, threads: int, smem_bytes: int, target: Target) -> int:
+    """Resident blocks (workgroups) per SM (CU) of a kernel on ``target``, at least 1."""
+    if target.vendor == "hip":
+        return max(1, amd_groups_per_cu(res, threads, smem_bytes, target))
+    return max(1, nvidia_blocks_per_sm(res, threads, smem_bytes, target))
 
 
 def occupancy(res: Resources, threads: int, smem_bytes: int, target: Target) -> str:
