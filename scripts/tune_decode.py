@@ -16,15 +16,21 @@ import torch
 import portattn
 from portattn.kernels import decode
 from portattn.kernels.variant import TileConfig as T
+from portattn.ops import kvcache
 from portattn.runtime.compiler import compile_kernel
 from portattn.runtime.target import target_for
 from portattn.tools.bench import _graph_us
 
 TILES = [
     T(block_m=16, block_n=32, threads=32, stages=3),
+    T(block_m=16, block_n=32, threads=64, stages=3, key_waves=2),
+    T(block_m=16, block_n=32, threads=64, stages=4, key_waves=2),
+    T(block_m=16, block_n=64, threads=64, stages=2, key_waves=2),
+    T(block_m=16, block_n=64, threads=128, stages=2, key_waves=4),
+    T(block_m=16, block_n=64, threads=128, stages=3, key_waves=4),
 ]
 ROUNDS = [2]
-MIN_SPLIT_TILES = [2, 4]
+MIN_SPLIT_TILES = [2]
 MAX_SPLITS = [256]
 # (Hq, Hk, batch, keys, paged)
 SHAPES = [(32, 8, 1, 4096, False), (32, 8, 1, 65536, False), (32, 8, 8, 8192, False), (32, 8, 8, 65536, False),
@@ -71,6 +77,7 @@ def main() -> None:
         decode.MIN_SPLIT_TILES = min_tiles
         decode.MAX_SPLITS = max_splits
         decode._plans.clear()
+        kvcache._replays.clear()  # replays keep the launches of the tables they were made with
         spec = decode.select(target, "bfloat16", 128, 4).attend
         res = compile_kernel(spec, target).resources
         cells, ratios = [], []

@@ -4,7 +4,9 @@
 //
 // Block x = split + num_splits (row block + row_blocks (b Hk + h_kv)): PA_BLOCK_M packed query rows (pa_decode_params
 // .cuh) against the keys [split keys_per_split, ...) of sequence b. K and V tiles stream through PA_STAGES buffers:
-// the copies of the next PA_STAGES - 1 tiles are in flight while one is computed (decoding waits on memory). The
+// the copies of the next PA_STAGES - 1 tiles are in flight while one is computed (decoding waits on memory). With
+// PA_KEY_WAVES > 1 that many waves hold the same rows, each computing its slice of every key tile, and their
+// softmax states are merged at the end: more waves per SM stream the same shared buffers. The
 // online softmax and the tile products come from the shared headers. With one split the rows are normalised and
 // stored as the output; otherwise each block stores its rows normalised by its own sum, and its LSE, for
 // flash_decode_combine.cu. A row that sees no key of the split stores zeros and LSE -inf. With a window the splits
@@ -15,7 +17,7 @@
 // sync; this is the backstop). Compiled with PA_MASK_EXT: windows with a left bound, softcap and ALiBi slopes.
 //
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_STAGES, PA_MIN_BLOCKS (blocks
-// per SM / CU the registers must fit), PA_SMEM_BYTES, PA_BF16, PA_F32.
+// per SM / CU the registers must fit), PA_KEY_WAVES, PA_SMEM_BYTES, PA_BF16, PA_F32.
 #include "pa_decode_params.cuh"
 #include "pa_softmax.cuh"
 #include "pa_tile.cuh"
@@ -34,18 +36,24 @@ constexpr int D = PA_HEAD_DIM;
 constexpr int BM = PA_BLOCK_M;
 constexpr int BN = PA_BLOCK_N;
 constexpr int WAVES = PA_THREADS / PA_WARP_SIZE;
-constexpr int MT = BM / (WAVES * PA_MMA_M);
-constexpr int SN = BN / PA_MMA_N;
+constexpr int KW = PA_KEY_WAVES;
+constexpr int BNW = BN / KW;  // keys of a tile per key wave
+constexpr int MT = BM / (WAVES / KW * PA_MMA_M);
+constexpr int SN = BNW / PA_MMA_N;
 constexpr int ON = D / PA_MMA_N;
 constexpr int STAGES = PA_STAGES;        // K / V tile pairs in shared memory
 constexpr int KV = pa_tile_elems<BN>();  // elements of one K or V tile
 static_assert(STAGES >= 1 && STAGES <= 4, "PA_STAGES must be 1..4");
-static_assert(PA_THREADS % PA_WARP_SIZE == 0 && MT >= 1 && BM == WAVES * PA_MMA_M * MT, "bad PA_BLOCK_M / PA_THREADS");
-static_assert(SN % PA_MMA_B_TILES == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_N");
+static_assert(PA_THREADS % PA_WARP_SIZE == 0 && WAVES % KW == 0 && MT >= 1 && BM == WAVES / KW * PA_MMA_M * MT,
+              "bad PA_BLOCK_M / PA_THREADS / PA_KEY_WAVES");
+static_assert(BN % KW == 0 && SN % PA_MMA_B_TILES == 0 && BNW % PA_MMA_K == 0, "unsupported PA_BLOCK_N");
 static_assert(D % PA_MMA_K == 0 && ON % PA_MMA_B_TILES == 0, "unsupported PA_HEAD_DIM");
 // Q, STAGES K and V tiles.
 static_assert(PA_SMEM_BYTES == (int)sizeof(pa_elem) * (pa_tile_elems<BM>() + 2 * STAGES * KV),
               "the host's shared-memory size (PA_SMEM_BYTES) does not match this kernel's tiles");
+// The key waves' states are merged through the K and V buffers.
+static_assert(PA_SOFTMAX_MERGE_FLOATS<MT, D / PA_MMA_N> * (int)sizeof(float) <= 2 * STAGES * KV * (int)sizeof(pa_elem),
+              "the key waves' softmax states do not fit the K and V buffers");
 
 }  // namespace
 
@@ -143,21 +151,24 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
             if (t + STAGES - 1 < tiles) load_tile(n0 + (STAGES - 1) * BN, (t + STAGES - 1) % STAGES);
             pa_async_commit();  // an empty group past the last tile keeps the wait count right
         }
+        const int sub = pa_key_wave() * BNW, n0w = n0 + sub;  // this wave's keys of the tile
         pa_mma_c s[MT][SN];
-        pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s + slot * KV);
-        const bool masked = n0 < all_begin || n0 + BN > all_end;
+        pa_tile_qk<MT, SN, BM, BNW>(s, q_s, k_s + slot * KV + pa_tile_offset<BN>(sub, 0));
+        const bool masked = n0w < all_begin || n0w + BNW > all_end;
         bool rescale;
 #if PA_MASK_EXT
         if (modded)
-            rescale = pa_softmax_tile(s, sm, keys_of, logit2, p.scale_log2, row0, n0, masked);
+            rescale = pa_softmax_tile(s, sm, keys_of, logit2, p.scale_log2, row0, n0w, masked);
         else
 #endif
-            rescale = pa_softmax_tile(s, sm, keys_of, PaNoScoreMod{}, p.scale_log2, row0, n0, masked);
+            rescale = pa_softmax_tile(s, sm, keys_of, PaNoScoreMod{}, p.scale_log2, row0, n0w, masked);
         if (rescale) pa_softmax_rescale(acc, sm);
-        pa_tile_pv<MT, ON, BN, SN>(acc, s, v_s + slot * KV);
+        pa_tile_pv<MT, ON, BNW, SN>(acc, s, v_s + slot * KV + pa_tile_offset<BN>(sub, 0));
     }
     pa_async_wait<0>();
     bad = __syncthreads_or(bad);
+    pa_softmax_merge_key_waves(acc, sm, reinterpret_cast<float*>(k_s));
+    if (pa_key_wave() != 0) return;
 
     const float nan = __int_as_float(0x7fc00000);
     const pa_i64 q_rows = (pa_i64)p.heads_q * p.seqlen_q;  // per sequence, in [Hq][Nq] order

@@ -17,6 +17,10 @@
 //   pa_softmax_finish(acc, sm, row0, emit)      per output row of this wave: emit(row, mt, rr, inv, lse) with (mt,
 //                                               rr) the row's place in the C fragments, inv the normaliser (0 for a
 //                                               row that saw no key) and lse its natural-log LSE (-inf then)
+//   pa_softmax_merge_key_waves(acc, sm, scratch)
+//                                               with PA_KEY_WAVES > 1: the waves that share rows add their output
+//                                               fragments and sums into the first one's (all threads call it;
+//                                               scratch: PA_SOFTMAX_MERGE_FLOATS<MT, ON> floats of shared memory)
 //   pa_softmax_store(acc, sm, o, o_stride, row0, seqlen_q, lse)
 //                                               normalises and stores this wave's output rows (and their LSE)
 #pragma once
@@ -149,6 +153,69 @@ PA_DEVICE void pa_softmax_finish(const pa_mma_c (&acc)[MT][ON], const PaSoftmax<
             const bool seen = total > 0.f;
             emit(row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r), mt, r, seen ? 1.f / total : 0.f,
                  seen ? pa_row_lse(sm.row_max[mt][r], total) : pa_neg_inf());
+        }
+    }
+}
+
+// Per lane of each wave after the first of its key waves: its output fragments, row maxima and row sums.
+template <int MT, int ON>
+constexpr int PA_SOFTMAX_MERGE_FLOATS =
+    (PA_KEY_WAVES - 1) * (PA_THREADS / PA_KEY_WAVES) * (MT * ON * PA_MMA_C_REGS + 2 * MT * PA_MMA_C_ROWS);
+
+// The key waves that share rows hold partial softmax states over different keys, with the same fragment layout:
+// lane by lane, the first wave rescales each state to the larger maximum and adds it (the others' states are then
+// unused). Starts and ends with a block barrier, so that scratch may alias buffers the caller is done with.
+template <int MT, int ON>
+PA_DEVICE void pa_softmax_merge_key_waves(pa_mma_c (&acc)[MT][ON], PaSoftmax<MT>& sm, float* scratch) {
+    if constexpr (PA_KEY_WAVES > 1) {
+        constexpr int N = MT * ON * PA_MMA_C_REGS + 2 * MT * PA_MMA_C_ROWS;  // floats per lane
+        const int kw = pa_key_wave(), lane = pa_lane_id();
+        const int group = pa_wave_id() / PA_KEY_WAVES;  // the waves sharing these rows
+        auto at = [&](int w, int i) {  // element i of key wave w (>= 1) of this group, lane-interleaved
+            return scratch + (((group * (PA_KEY_WAVES - 1) + w - 1) * N + i) * PA_WARP_SIZE + lane);
+        };
+        __syncthreads();
+        if (kw > 0) {
+            int i = 0;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
+                    *at(kw, i++) = sm.row_max[mt][r];
+                    *at(kw, i++) = sm.row_sum[mt][r];
+                }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int j = 0; j < ON; ++j)
+#pragma unroll
+                    for (int e = 0; e < PA_MMA_C_REGS; ++e) *at(kw, i++) = acc[mt][j][e];
+        }
+        __syncthreads();
+        if (kw != 0) return;
+        for (int w = 1; w < PA_KEY_WAVES; ++w) {
+            float mine[MT][PA_MMA_C_ROWS], theirs[MT][PA_MMA_C_ROWS];
+            int i = 0;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
+                    const float m0 = sm.row_max[mt][r], m1 = *at(w, i++), s1 = *at(w, i++);
+                    const float m = fmaxf(m0, m1);
+                    mine[mt][r] = m0 == pa_neg_inf() ? 0.f : pa_exp2(m0 - m);
+                    theirs[mt][r] = m1 == pa_neg_inf() ? 0.f : pa_exp2(m1 - m);
+                    sm.row_max[mt][r] = m;
+                    sm.row_sum[mt][r] = sm.row_sum[mt][r] * mine[mt][r] + s1 * theirs[mt][r];
+                }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int j = 0; j < ON; ++j)
+#pragma unroll
+                    for (int e = 0; e < PA_MMA_C_REGS; ++e) {
+                        const int r = e / PA_MMA_C_COLS;
+                        acc[mt][j][e] = acc[mt][j][e] * mine[mt][r] + *at(w, i++) * theirs[mt][r];
+                    }
         }
     }
 }

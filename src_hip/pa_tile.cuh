@@ -7,7 +7,8 @@
 // padded by 16 bytes, which keeps the fragment loads free of bank conflicts.
 //
 // A block's waves split its PA_BLOCK_M query rows into PA_MMA_M-row tiles, MT per wave; pa_wave_row<MT>(mt) is the
-// first block row of this wave's tile mt (warpgroup MMA: the four warps of a group share each 64-row tile).
+// first block row of this wave's tile mt (warpgroup MMA: the four warps of a group share each 64-row tile). With
+// PA_KEY_WAVES > 1 (decode) that many consecutive waves share the same rows, each taking a slice of every key tile.
 //   pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s)   s = Q K^T: this wave's rows of the BM-row tile q_s against the BN keys
 //                                              of k_s (SN = BN / PA_MMA_N score fragments per row tile)
 //   pa_tile_pv<MT, ON, BN>(acc, p, v_s)        acc += P V: the probabilities p (score fragments) against the BN
@@ -24,6 +25,11 @@
 #if !defined(PA_HEAD_DIM) || !defined(PA_THREADS)
 #error "PA_HEAD_DIM and PA_THREADS must be defined by the host"
 #endif
+#ifndef PA_KEY_WAVES
+#define PA_KEY_WAVES 1  // waves that share the same query rows and split each key tile between them (decode)
+#endif
+// Which of the PA_KEY_WAVES waves sharing its query rows this wave is.
+PA_DEVICE int pa_key_wave() { return pa_wave_id() % PA_KEY_WAVES; }
 constexpr int PA_TILE_CHUNK = 16 / (int)sizeof(pa_elem);
 
 // The probabilities (score fragments) as A fragments of P V.
@@ -42,6 +48,7 @@ static_assert(PA_BLOCK_N == 64, "the warpgroup MMA score tiles are 64 keys wide"
 #endif
 #if defined(PA_THREADS)
 static_assert(PA_THREADS % 128 == 0, "the warpgroup MMA needs whole warpgroups (128 threads)");
+static_assert(PA_KEY_WAVES == 1, "the warpgroup MMA tiles split rows, not keys, between waves");
 #endif
 #define PA_TILE_ASYNC 1   // tile products: start / wait (below)
 #define PA_TILE_STAGES 2  // K and V buffers
@@ -124,7 +131,7 @@ PA_DEVICE int pa_tile_offset(int r, int c) {
 }
 template <int MT>
 PA_DEVICE int pa_wave_row(int mt) {
-    return (pa_wave_id() * MT + mt) * PA_MMA_M;
+    return (pa_wave_id() / PA_KEY_WAVES * MT + mt) * PA_MMA_M;
 }
 
 template <int MT, int SN, int BM, int BN>

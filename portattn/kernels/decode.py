@@ -17,7 +17,6 @@ number of splits comes from the shape and the GPU's multiprocessor count (``spli
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -46,12 +45,16 @@ T = TileConfig
 F32 = ("float32",)
 
 # One wave per 16 packed rows; the 64-row tiles (4 waves) serve speculative decoding and wide groups. NVIDIA: K and
-# V stream through three buffers (cp.async), so that two tiles are in flight while one is computed.
-_NV = rows(HALF, {d: T(block_m=16, block_n=32, threads=32, stages=3) for d in (32, 64, 96, 128)}) | rows(
+# V stream through three buffers (cp.async), so that two tiles are in flight while one is computed. At d = 96 and
+# 128 two waves share the 16 rows, 16 keys of each tile apiece (key_waves: a few percent on short caches with one
+# key/value head, scripts/tune_decode.py); at d = 32 and 64 that would leave each lane so few copies that the loader
+# keeps per-copy addresses, a page-table lookup each, and paged caches slow down.
+_NV = rows(HALF, {d: T(block_m=16, block_n=32, threads=32, stages=3) for d in (32, 64)}) | rows(
+    HALF, {d: T(block_m=16, block_n=32, threads=64, stages=3, key_waves=2) for d in (96, 128)}) | rows(
     HALF, {256: T(block_m=16, block_n=16, threads=32, stages=3)}) | rows(
     F32, {d: T(block_m=16, block_n=16, threads=32, stages=3) for d in (32, 64, 96, 128)}) | rows(
     F32, {256: T(block_m=16, block_n=16, threads=32, stages=2)})
-_NV_WIDE = {key: replace(tile, block_m=64, threads=128) for key, tile in _NV.items()}
+_NV_WIDE = {key: replace(tile, block_m=64, threads=128, key_waves=1) for key, tile in _NV.items()}
 # 64 KiB of LDS per CU, synchronous copies on HIP (one buffer): 4-wave workgroups of 64 packed rows with 16-key
 # tiles keep two workgroups (two waves per SIMD) on a CU where their tiles fit twice (16-bit d <= 128, float32
 # d <= 64), and there the registers are held to that too (min_blocks, which also keeps CDNA1's 256 VGPRs within
@@ -107,7 +110,8 @@ class DecodeSpec(KernelSpec):
 
     def family_defines(self) -> dict[str, int]:
         if self.stage == "attend":
-            return {"PA_STAGES": self.tile.stages, "PA_MIN_BLOCKS": self.tile.min_blocks}
+            return {"PA_STAGES": self.tile.stages, "PA_MIN_BLOCKS": self.tile.min_blocks,
+                    "PA_KEY_WAVES": self.tile.key_waves}
         return {"PA_ROW_LANES": self.tile.row_lanes} if self.stage == "combine" else {}
 
     @property
@@ -211,8 +215,9 @@ def _strides_bnh(t: torch.Tensor) -> tuple[int, int, int]:
     return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
 
 
-# The launches of a call signature (sharing one parameter struct) and the shape of its float32 partial outputs.
-Launches = tuple[list[loader.Launch], tuple[int, ...] | None]
+# The launches of a call signature (sharing one parameter struct) and the float32 elements of its partial outputs
+# and of their LSE (None with one split).
+Launches = tuple[list[loader.Launch], tuple[int, int] | None]
 _plans: dict[tuple, Launches] = {}
 
 
@@ -245,19 +250,18 @@ def start(plan: Launches, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
           v_new: torch.Tensor | None, block_table: torch.Tensor | None, masking: Masking, scale: float,
           cache_batch_idx: torch.Tensor | None = None, cache_leftpad: torch.Tensor | None = None) -> None:
     """Launch ``plan`` (from ``run``) on tensors of its signature (only their addresses are read)."""
-    launches, part_shape = plan
-    o_part = lse_part = None
-    if part_shape is not None:  # one allocation: the partial outputs, then their LSE
-        parts = torch.empty(math.prod(part_shape) + math.prod(part_shape[:-1]), dtype=torch.float32,
-                            device=q.device)
-        o_part, lse_part = parts, parts[math.prod(part_shape):]
+    launches, sizes = plan
     p = type(launches[0].params).from_buffer_copy(launches[0].params)  # pointers null, softcap 0
+    parts = None
+    if sizes is not None:  # one allocation, held until the launches are queued: the partial outputs, then their LSE
+        parts = torch.empty(sizes[0] + sizes[1], dtype=torch.float32, device=q.device)
+        p.o_part, p.lse_part = parts.data_ptr(), parts.data_ptr() + 4 * sizes[0]
     p.q, p.k, p.v, p.o = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
     p.cache_seqlens = cache_seqlens.data_ptr()
     p.scale, p.scale_log2 = scale, scale * 1.4426950408889634
-    for name, t in (("lse", lse), ("o_part", o_part), ("lse_part", lse_part), ("k_new", k_new), ("v_new", v_new),
-                    ("block_table", block_table), ("cache_batch_idx", cache_batch_idx),
-                    ("cache_leftpad", cache_leftpad), ("alibi_slopes", masking.alibi)):
+    for name, t in (("lse", lse), ("k_new", k_new), ("v_new", v_new), ("block_table", block_table),
+                    ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
+                    ("alibi_slopes", masking.alibi)):
         if t is not None:
             setattr(p, name, t.data_ptr())
     if masking.softcap > 0:
@@ -319,5 +323,5 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
             raise ValueError(f"problem too large: {grid} blocks for {spec.function} (must be < 2**31)")
         fn = loader.kernel_function(spec, target, q.device.index)
         launches.append(loader.Launch(target, fn, grid, spec.tile.threads, spec.smem_bytes, p))
-    part = (n_splits, batch, heads_q, seqlen_q, head_dim) if n_splits > 1 else None
-    return launches, part
+    rows = n_splits * batch * heads_q * seqlen_q
+    return launches, (rows * head_dim, rows) if n_splits > 1 else None

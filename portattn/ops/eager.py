@@ -28,8 +28,13 @@ def signature(q: object, k: object, v: object, causal: object, scale: object, gq
     if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
         return None
     return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
-            k.device, v.device, causal, scale, gqa, OVERRIDES.get(), os.environ.get(LANES_ENV),
-            os.environ.get(KERNEL_ENV))
+            k.device, v.device, causal, scale, gqa, *settings())
+
+
+def settings() -> tuple:
+    """What a signature holds besides the call: the verification overrides and the target and kernel settings
+    of the environment."""
+    return OVERRIDES.get(), os.environ.get(LANES_ENV), os.environ.get(KERNEL_ENV)
 
 
 def replay(q: object, k: object, v: object, causal: object, scale: object,

@@ -11,17 +11,21 @@ window ``(left, right)`` keeps the keys from ``left`` before to ``right`` after 
 
 The path of one call: ``attention_with_kvcache`` validates (no device sync) -> ``torch.ops.portattn.attention_with_
 kvcache`` (mutates the caches when appending; torch.compile and CUDA graphs see one call; eager calls on plain
-tensors run its body without dispatch) -> ``kernels.decode.run``.
+tensors run its body without dispatch) -> ``kernels.decode.run``. A repeated eager call whose signature ran before
+(``_signature``: shapes, strides, dtypes, devices, options, the lengths on the GPU) replays that call's launches
+(``kernels.decode.start``) without the checks: one call per layer per token.
 """
 # No ``from __future__ import annotations``: torch 2.4 infers the operator schemas from real annotations.
 import math
-from typing import Optional, Tuple, Union
+from typing import Callable, Optional, Tuple, Union
 
 import torch
 
 from ..kernels import decode
 from ..kernels.masking import Masking, window_bounds
 from ..kernels.variant import HEAD_DIMS
+from ..runtime import loader
+from . import eager
 from .attention import _in_kernel_layout, _kernel_layout
 from .support import SUPPORTED_DTYPES, mask_problem, options_problem
 
@@ -52,20 +56,76 @@ def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cach
              window_right: int = -1, softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
              cache_batch_idx: Optional[torch.Tensor] = None,
              cache_leftpad: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    out, lse, _ = _launch(q, k_cache, v_cache, cache_seqlens, k, v, block_table, causal, scale, num_splits,
+                          return_lse, max_keys, window_left, window_right, softcap, alibi_slopes, cache_batch_idx,
+                          cache_leftpad)
+    return out, lse
+
+
+# Launches a call again on new tensors of its signature: fn(q, k_cache, v_cache, cache_seqlens, k, v, block_table)
+# gives the output (only the tensors' addresses are read).
+Replay = Callable[..., torch.Tensor]
+_replays: dict[tuple, Replay] = {}
+
+
+def _launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+            k: Optional[torch.Tensor], v: Optional[torch.Tensor], block_table: Optional[torch.Tensor], causal: bool,
+            scale: float, num_splits: int, return_lse: bool, max_keys: int, window_left: int, window_right: int,
+            softcap: float, alibi_slopes: Optional[torch.Tensor], cache_batch_idx: Optional[torch.Tensor],
+            cache_leftpad: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, Optional[Replay]]:
+    """``_kvcache``, and how to launch the same call again when it launched on the inputs themselves without the
+    LSE (else None)."""
     out, lse = torch.empty_like(q), _new_lse(q, return_lse)
     if q.numel() == 0:
-        return out, lse
+        return out, lse, None
+    inputs = q, k, v
     if scale < 0:  # the kernels take scale >= 0
         q, scale = -q, -scale
     dest = out if _in_kernel_layout(out) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
     left, right = window_bounds(causal, (window_left, window_right))
     masking = Masking(left, right, True, softcap, alibi_slopes)
-    decode.run(_kernel_layout(q), k_cache, v_cache, dest, lse if return_lse else None, cache_seqlens,
-               None if k is None else _kernel_layout(k), None if v is None else _kernel_layout(v), block_table,
-               masking, scale, num_splits, None if max_keys < 0 else max_keys, cache_batch_idx, cache_leftpad)
+    q, k, v = _kernel_layout(q), None if k is None else _kernel_layout(k), None if v is None else _kernel_layout(v)
+    plan = decode.run(q, k_cache, v_cache, dest, lse if return_lse else None, cache_seqlens, k, v, block_table,
+                      masking, scale, num_splits, None if max_keys < 0 else max_keys, cache_batch_idx, cache_leftpad)
     if dest is not out:
         out.copy_(dest)
-    return out, lse
+    if return_lse or dest is not out or any(a is not b for a, b in zip((q, k, v), inputs)):
+        return out, lse, None
+
+    def replay(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+               k: Optional[torch.Tensor], v: Optional[torch.Tensor],
+               block_table: Optional[torch.Tensor]) -> torch.Tensor:
+        out = torch.empty_like(q)
+        decode.start(plan, q, k_cache, v_cache, out, None, cache_seqlens, k, v, block_table, masking, scale,
+                     cache_batch_idx, cache_leftpad)
+        return out
+    return out, lse, replay
+
+
+def _signature(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k: object, v: object,
+               block_table: object, causal: object, scale: object, num_splits: object, return_lse: object,
+               window: object, softcap: object, alibi_slopes: object, cache_batch_idx: object,
+               cache_leftpad: object) -> Optional[tuple]:
+    """The key of a call that may replay an earlier one: plain tensors that need no gradient, at 16-byte aligned
+    addresses, the lengths a tensor on q's device (no values to check), options of exact types, no LSE, ALiBi
+    slopes, cache_batch_idx or cache_leftpad, not while tracing; else None."""
+    plain = (q, k_cache, v_cache, cache_seqlens) + (() if k is None and v is None else (k, v))
+    if (any(type(t) is not torch.Tensor for t in plain) or type(causal) is not bool
+            or not (scale is None or type(scale) is float) or type(num_splits) is not int
+            or type(softcap) is not float or return_lse is not False or alibi_slopes is not None
+            or cache_batch_idx is not None or cache_leftpad is not None
+            or not (window is None or (type(window) is tuple and len(window) == 2
+                                       and type(window[0]) is int and type(window[1]) is int))
+            or not (block_table is None or type(block_table) is torch.Tensor) or torch.compiler.is_compiling()):
+        return None
+    if cache_seqlens.device != q.device or (torch.is_grad_enabled() and any(t.requires_grad for t in plain)):
+        return None
+    if any(t.data_ptr() & 15 for t in plain if t is not cache_seqlens):
+        return None
+    return (*((t.shape, t.stride(), t.dtype, t.device) for t in plain), k is None,
+            None if block_table is None else (block_table.shape, block_table.stride(), block_table.dtype,
+                                              block_table.device),
+            causal, scale, num_splits, window, softcap, *eager.settings())
 
 
 @kvcache_op.register_fake
@@ -223,6 +283,11 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     ``cache_batch_idx`` or ``cache_leftpad`` is out of range, or whose page table names a page outside the pool
     (never reading or writing outside them).
     """
+    key = _signature(q, k_cache, v_cache, cache_seqlens, k, v, block_table, causal, scale, num_splits, return_lse,
+                     window, softcap, alibi_slopes, cache_batch_idx, cache_leftpad)
+    replay = None if key is None else _replays.get(key)
+    if replay is not None:
+        return replay(q, k_cache, v_cache, cache_seqlens, k, v, block_table)
     max_keys = _check(q, k_cache, v_cache, cache_seqlens, k, v, block_table, num_splits, cache_batch_idx,
                       cache_leftpad)
     problem = options_problem(causal, scale) or mask_problem(q.transpose(1, 2), k_cache.transpose(1, 2),
@@ -241,8 +306,12 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
     left, right = (-1, -1) if window is None else window
     # Eager calls on plain tensors (not fake or functional ones while tracing): the operator's body, no dispatch.
-    direct = type(q) is torch.Tensor and type(k_cache) is torch.Tensor and not torch.compiler.is_compiling()
-    op = _kvcache if direct else torch.ops.portattn.attention_with_kvcache
-    out, lse = op(q, k_cache, v_cache, cache_seqlens, k, v, block_table, causal, scale, num_splits, return_lse,
-                  max_keys, int(left), int(right), float(softcap), alibi_slopes, cache_batch_idx, cache_leftpad)
+    args = (q, k_cache, v_cache, cache_seqlens, k, v, block_table, causal, scale, num_splits, return_lse, max_keys,
+            int(left), int(right), float(softcap), alibi_slopes, cache_batch_idx, cache_leftpad)
+    if type(q) is torch.Tensor and type(k_cache) is torch.Tensor and not torch.compiler.is_compiling():
+        out, lse, replay = _launch(*args)
+        if key is not None and replay is not None:
+            loader.remember(_replays, key, replay)
+    else:
+        out, lse = torch.ops.portattn.attention_with_kvcache(*args)
     return (out, lse) if return_lse else out

@@ -71,6 +71,7 @@ class Function:
 
 
 _launch_lib: ctypes.CDLL | None = None
+_ONE_ARG = ctypes.c_void_p * 1  # kernelParams: the address of the one struct argument
 
 
 def _launch_entry_points() -> ctypes.CDLL:
@@ -133,7 +134,7 @@ def launch(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int]
     pushed = current.value != fn.context
     if pushed:
         _check_code(lib.cuCtxPushCurrent_v2(fn.context), "cuCtxPushCurrent")
-    args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+    args = _ONE_ARG(ctypes.addressof(params))
     try:
         code = lib.cuLaunchKernel(fn.address, *grid, *block, smem_bytes, stream_handle, ctypes.addressof(args), None)
     finally:

@@ -213,3 +213,46 @@ def test_cuda_graph_replay_with_growing_lengths(gen):
         lengths = (seqlens + 1).tolist()
         ref, _ = reference(q, k_cache, v_cache, lengths, causal=True)
         check(static_out, ref, dtype)
+
+
+@pytest.mark.parametrize("paged_cache", [False, True], ids=["contiguous", "paged"])
+def test_repeated_eager_calls_replay(gen, paged_cache):
+    """Eager generation steps (one new key appended per step, lengths on the device): the second and later calls
+    of the signature replay the first one's launches, and every step appends in place and matches float64 on the
+    cache as it is after its append; a call that differs in an option takes the checked path."""
+    from portattn.ops import kvcache
+
+    dtype, b, cap, hq, hk, d = torch.float16, 2, 256, 8, 2, 64
+    k_full, v_full = rand(gen, dtype, b, cap, hk, d), rand(gen, dtype, b, cap, hk, d)
+    k_cache, v_cache, table = k_full, v_full, None
+    if paged_cache:
+        k_cache, table = paged(k_full, 32, gen)
+        v_cache = torch.full_like(k_cache, float("nan"))
+        v_cache[table.flatten().long()] = v_full.view(-1, 32, hk, d)
+    lengths = [40, 173]
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    for step in range(3):
+        q, k_new, v_new = (rand(gen, dtype, b, 1, h, d) for h in (hq, hk, hk))
+        key = kvcache._signature(q, k_cache, v_cache, seqlens, k_new, v_new, table, True, None, 0, False, None, 0.0,
+                                 None, None, None)
+        if step == 0:
+            kvcache._replays.pop(key, None)  # an earlier test may have made this call
+        assert key is not None and (key in kvcache._replays) == (step > 0)
+        out = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, k=k_new, v=v_new,
+                                              block_table=table)
+        for i, n in enumerate(lengths):
+            k_full[i, n], v_full[i, n] = k_new[i, 0], v_new[i, 0]
+        lengths = [n + 1 for n in lengths]
+        check(out, reference(q, k_full, v_full, lengths, causal=True)[0], dtype)
+        seqlens += 1
+    got_k = k_cache[table.long()].flatten(1, 2) if paged_cache else k_cache
+    assert torch.equal(got_k, k_full)
+    plain = kvcache._signature(q, k_cache, v_cache, seqlens, None, None, table, True, None, 0, False, None, 0.0,
+                               None, None, None)
+    for scale, splits in ((0.5, 0), (None, 3)):
+        key = kvcache._signature(q, k_cache, v_cache, seqlens, None, None, table, True, scale, splits, False, None,
+                                 0.0, None, None, None)
+        assert key != plain
+        out = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
+                                              scale=scale, num_splits=splits)
+        check(out, reference(q, k_full, v_full, lengths, causal=True, scale=scale)[0], dtype)

@@ -42,3 +42,28 @@ def test_other_calls_take_the_checked_path(remembered):
                  lambda: portattn.scaled_dot_product_attention(q, k, v, is_causal=True)):  # heads differ, no GQA
         with pytest.raises(ValueError):  # the checks run: CPU tensors, or the heads rule
             call()
+
+
+def test_kvcache_replays_a_remembered_call(monkeypatch):
+    """attention_with_kvcache serves a call of a remembered signature from its replay (here a stand-in), and takes
+    the checked path (which refuses CPU tensors) for calls the replay does not cover."""
+    from portattn.ops import kvcache
+
+    monkeypatch.setattr(kvcache, "_replays", {})
+    q, cache, new = torch.randn(2, 1, 4, 64), torch.randn(2, 16, 2, 64), torch.randn(2, 1, 2, 64)
+    lengths = torch.full((2,), 8, dtype=torch.int32)
+    for k in (None, new):
+        key = kvcache._signature(q, cache, cache, lengths, k, k, None, True, None, 0, False, None, 0.0, None, None,
+                                 None)
+        kvcache._replays[key] = lambda q, *rest: q + 1
+        assert torch.equal(portattn.attention_with_kvcache(q, cache, cache, cache_seqlens=lengths, k=k, v=k), q + 1)
+    for other in (dict(cache_seqlens=8), dict(cache_seqlens=lengths, return_lse=True),
+                  dict(cache_seqlens=lengths, scale=0.5), dict(cache_seqlens=lengths, window=(4, 0)),
+                  dict(cache_seqlens=lengths, cache_leftpad=torch.zeros(2, dtype=torch.int32)),
+                  dict(cache_seqlens=lengths, k=new[:, :, :1], v=new[:, :, :1])):
+        with pytest.raises(ValueError):
+            portattn.attention_with_kvcache(q, cache, cache, **other)
+    assert kvcache._signature(q.clone().requires_grad_(), cache, cache, lengths, None, None, None, True, None, 0,
+                              False, None, 0.0, None, None, None) is None
+    assert kvcache._signature(q, cache, cache, lengths, None, None, None, True, None, 0, False, (4.0, 0), 0.0, None,
+                              None, None) is None
