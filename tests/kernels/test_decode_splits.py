@@ -1,0 +1,43 @@
+"""The decode kernels' automatic split count and the resident-block count it starts from, without a GPU."""
+import pytest
+
+from portattn.kernels import decode
+from portattn.runtime.resources import Resources, blocks_per_multiprocessor
+from portattn.runtime.target import Target
+
+BN = 32
+
+
+@pytest.mark.parametrize("base", [1, 2, 7, 8, 64, 256, 1000])
+@pytest.mark.parametrize("keys", [1, 63, 64, 4096, 65536, 1 << 20])
+def test_splits_stay_within_their_bounds(base, keys):
+    resident = 528
+    n = decode.splits(resident, base, keys, BN)
+    assert 1 <= n <= decode.MAX_SPLITS
+    if n > 1:  # every split holds at least MIN_SPLIT_TILES key tiles
+        assert keys // n >= decode.MIN_SPLIT_TILES * BN
+    assert base * n <= max(base, decode.SPLIT_ROUNDS * resident + base)  # no more than the rounds asked for
+
+
+def test_short_caches_take_one_split():
+    assert decode.splits(528, 1, decode.MIN_SPLIT_TILES * BN - 1, BN) == 1
+    assert decode.splits(528, 1, 64, BN) == 1  # two 32-key tiles: one split, no combine launch
+
+
+@pytest.mark.parametrize("base,expected", [(64, 16), (8, 132), (256, 4), (1, 256)])
+def test_splits_fill_whole_rounds(base, expected):
+    """With 528 resident blocks: 64 bases take 16 splits (1024 blocks, not 17 and a part-filled third round); one
+    base takes the most splits allowed."""
+    assert decode.splits(528, base, 65536, BN) == expected
+
+
+def test_resident_blocks_follow_shared_memory_and_registers():
+    sm90 = Target.for_arch("sm_90")
+    res = Resources(registers=196, static_smem=0, spill_bytes=0, scratch_bytes=0)
+    # 56576 bytes of shared memory plus the 1 KiB the runtime keeps: four blocks in 233472 bytes.
+    assert blocks_per_multiprocessor(res, 32, 56576, sm90) == 4
+    assert blocks_per_multiprocessor(res, 64, 0, sm90) == 5  # 196 registers x 64 threads: five blocks by registers
+    gfx90a = Target.for_arch("gfx90a")
+    amd = Resources(registers=111, static_smem=0, spill_bytes=0, scratch_bytes=0)
+    assert blocks_per_multiprocessor(amd, 256, 26368, gfx90a) == 2  # LDS: two 4-wave workgroups per CU
+    assert blocks_per_multiprocessor(amd, 256, 65536, gfx90a) == 1  # at least one
