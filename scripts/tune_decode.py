@@ -16,7 +16,7 @@ import torch
 import portattn
 from portattn.kernels import decode
 from portattn.kernels.variant import TileConfig as T
-from portattn.ops import kvcache
+from portattn.ops import eager
 from portattn.runtime.compiler import compile_kernel
 from portattn.runtime.target import target_for
 from portattn.tools.bench import _graph_us
@@ -77,7 +77,7 @@ def main() -> None:
         decode.MIN_SPLIT_TILES = min_tiles
         decode.MAX_SPLITS = max_splits
         decode._plans.clear()
-        kvcache._replays.clear()  # replays keep the launches of the tables they were made with
+        eager._replays.clear()  # replays keep the launches of the tables they were made with
         spec = decode.select(target, "bfloat16", 128, 4).attend
         res = compile_kernel(spec, target).resources
         cells, ratios = [], []

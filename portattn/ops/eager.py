@@ -1,7 +1,8 @@
-"""Repeated eager inference calls: a call of ``portattn.attention`` or of the SDPA route whose signature (shapes,
-strides, dtypes, devices, options, target settings) ran before on plain tensors, launching the kernels on its inputs
-directly, launches the same kernels again, without the checks, the layout work and the kernel choice. The host
-cost of one call matters when decoding: one call per layer per token."""
+"""Repeated eager inference calls: a call of ``portattn.attention``, of the SDPA route or of
+``attention_with_kvcache`` (ops/kvcache.py) whose signature (shapes, strides, dtypes, devices, options, target
+settings) ran before on plain tensors, launching the kernels on its inputs directly, launches the same kernels
+again, without the checks, the layout work and the kernel choice. The host cost of one call matters when decoding:
+one call per layer per token. One store holds the launches of both kinds of call, under keys of their own."""
 import os
 from typing import Callable, Optional
 
@@ -11,21 +12,26 @@ from ..kernels.variant import KERNEL_ENV, OVERRIDES
 from ..runtime import loader
 from ..runtime.target import LANES_ENV
 
-# Launches a call again on new tensors of its signature: fn(q, k, v, out) (only their addresses are read).
-Replay = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
+# Launches a call again on new tensors of its signature (only their addresses are read): for ``attention`` and the
+# SDPA route fn(q, k, v, out); for ``attention_with_kvcache`` its own arguments, giving the output.
+Replay = Callable[..., object]
 _replays: dict[tuple, Replay] = {}
 
 
+def plain(tensors: tuple, aligned: tuple) -> bool:
+    """Whether a call on ``tensors`` may replay: plain tensors that need no gradient, not while tracing, and those
+    of ``aligned`` at 16-byte aligned addresses (the kernels read them in place)."""
+    if any(type(t) is not torch.Tensor for t in tensors) or torch.compiler.is_compiling():
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return not any(t.data_ptr() & 15 for t in aligned)
+
+
 def signature(q: object, k: object, v: object, causal: object, scale: object, gqa: object) -> Optional[tuple]:
-    """The key of a call that may replay an earlier one: plain tensors that need no gradient at 16-byte aligned
-    addresses, a bool ``causal``, a float or None ``scale``, not while tracing; else None."""
-    if (type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor
-            or type(causal) is not bool or not (scale is None or type(scale) is float)
-            or torch.compiler.is_compiling()):
-        return None
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return None
-    if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
+    """The key of an ``attention`` or SDPA call that may replay an earlier one (``plain`` tensors, a bool
+    ``causal``, a float or None ``scale``); else None."""
+    if type(causal) is not bool or not (scale is None or type(scale) is float) or not plain((q, k, v), (q, k, v)):
         return None
     return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
             k.device, v.device, causal, scale, gqa, *settings())
@@ -43,7 +49,7 @@ def replay(q: object, k: object, v: object, causal: object, scale: object,
     before, its output on q, k, v (else None: the caller takes the checked path and remembers its launches under the
     key)."""
     key = signature(q, k, v, causal, scale, gqa)
-    fn = None if key is None else _replays.get(key)
+    fn = lookup(key)
     if fn is None:
         return key, None
     out = torch.empty_like(q)
@@ -51,10 +57,14 @@ def replay(q: object, k: object, v: object, causal: object, scale: object,
     return key, out
 
 
+def lookup(key: Optional[tuple]) -> Optional[Replay]:
+    """The launches remembered under ``key`` (None: none, or no key)."""
+    return None if key is None else _replays.get(key)
+
+
 def ran_before(q: object, k: object, v: object, causal: object, scale: object, gqa: object) -> bool:
     """Whether a call of this signature ran before (so that ``replay`` gives its output without checks)."""
-    key = signature(q, k, v, causal, scale, gqa)
-    return key is not None and key in _replays
+    return lookup(signature(q, k, v, causal, scale, gqa)) is not None
 
 
 def remember(key: tuple, fn: Replay) -> None:

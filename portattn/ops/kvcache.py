@@ -17,14 +17,13 @@ tensors run its body without dispatch) -> ``kernels.decode.run``. A repeated eag
 """
 # No ``from __future__ import annotations``: torch 2.4 infers the operator schemas from real annotations.
 import math
-from typing import Callable, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 
 from ..kernels import decode
 from ..kernels.masking import Masking, window_bounds
 from ..kernels.variant import HEAD_DIMS
-from ..runtime import loader
 from . import eager
 from .attention import _in_kernel_layout, _kernel_layout
 from .support import SUPPORTED_DTYPES, mask_problem, options_problem
@@ -62,19 +61,14 @@ def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cach
     return out, lse
 
 
-# Launches a call again on new tensors of its signature: fn(q, k_cache, v_cache, cache_seqlens, k, v, block_table)
-# gives the output (only the tensors' addresses are read).
-Replay = Callable[..., torch.Tensor]
-_replays: dict[tuple, Replay] = {}
-
 
 def _launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
             k: Optional[torch.Tensor], v: Optional[torch.Tensor], block_table: Optional[torch.Tensor], causal: bool,
             scale: float, num_splits: int, return_lse: bool, max_keys: int, window_left: int, window_right: int,
             softcap: float, alibi_slopes: Optional[torch.Tensor], cache_batch_idx: Optional[torch.Tensor],
-            cache_leftpad: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, Optional[Replay]]:
-    """``_kvcache``, and how to launch the same call again when it launched on the inputs themselves without the
-    LSE (else None)."""
+            cache_leftpad: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, Optional[eager.Replay]]:
+    """``_kvcache``, and how to launch the same call again (fn(q, k_cache, v_cache, cache_seqlens, k, v,
+    block_table) gives the output) when it launched on the inputs themselves without the LSE (else None)."""
     out, lse = torch.empty_like(q), _new_lse(q, return_lse)
     if q.numel() == 0:
         return out, lse, None
@@ -106,25 +100,21 @@ def _signature(q: object, k_cache: object, v_cache: object, cache_seqlens: objec
                block_table: object, causal: object, scale: object, num_splits: object, return_lse: object,
                window: object, softcap: object, alibi_slopes: object, cache_batch_idx: object,
                cache_leftpad: object) -> Optional[tuple]:
-    """The key of a call that may replay an earlier one: plain tensors that need no gradient, at 16-byte aligned
-    addresses, the lengths a tensor on q's device (no values to check), options of exact types, no LSE, ALiBi
-    slopes, cache_batch_idx or cache_leftpad, not while tracing; else None."""
-    plain = (q, k_cache, v_cache, cache_seqlens) + (() if k is None and v is None else (k, v))
-    if (any(type(t) is not torch.Tensor for t in plain) or type(causal) is not bool
-            or not (scale is None or type(scale) is float) or type(num_splits) is not int
+    """The replay key (``eager``) of a call that may replay an earlier one: ``eager.plain`` tensors, the lengths a
+    tensor on q's device (no values to check), options of exact types, no LSE, ALiBi slopes, cache_batch_idx or
+    cache_leftpad; else None."""
+    data = (q, k_cache, v_cache) + (() if k is None and v is None else (k, v))
+    if (type(causal) is not bool or not (scale is None or type(scale) is float) or type(num_splits) is not int
             or type(softcap) is not float or return_lse is not False or alibi_slopes is not None
             or cache_batch_idx is not None or cache_leftpad is not None
             or not (window is None or (type(window) is tuple and len(window) == 2
                                        and type(window[0]) is int and type(window[1]) is int))
-            or not (block_table is None or type(block_table) is torch.Tensor) or torch.compiler.is_compiling()):
+            or not (block_table is None or type(block_table) is torch.Tensor)
+            or not eager.plain(data + (cache_seqlens,), data) or cache_seqlens.device != q.device):
         return None
-    if cache_seqlens.device != q.device or (torch.is_grad_enabled() and any(t.requires_grad for t in plain)):
-        return None
-    if any(t.data_ptr() & 15 for t in plain if t is not cache_seqlens):
-        return None
-    return (*((t.shape, t.stride(), t.dtype, t.device) for t in plain), k is None,
-            None if block_table is None else (block_table.shape, block_table.stride(), block_table.dtype,
-                                              block_table.device),
+    return ("attention_with_kvcache", *((t.shape, t.stride(), t.dtype, t.device) for t in data + (cache_seqlens,)),
+            k is None, None if block_table is None else (block_table.shape, block_table.stride(), block_table.dtype,
+                                                         block_table.device),
             causal, scale, num_splits, window, softcap, *eager.settings())
 
 
@@ -285,7 +275,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     """
     key = _signature(q, k_cache, v_cache, cache_seqlens, k, v, block_table, causal, scale, num_splits, return_lse,
                      window, softcap, alibi_slopes, cache_batch_idx, cache_leftpad)
-    replay = None if key is None else _replays.get(key)
+    replay = eager.lookup(key)
     if replay is not None:
         return replay(q, k_cache, v_cache, cache_seqlens, k, v, block_table)
     max_keys = _check(q, k_cache, v_cache, cache_seqlens, k, v, block_table, num_splits, cache_batch_idx,
@@ -311,7 +301,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if type(q) is torch.Tensor and type(k_cache) is torch.Tensor and not torch.compiler.is_compiling():
         out, lse, replay = _launch(*args)
         if key is not None and replay is not None:
-            loader.remember(_replays, key, replay)
+            eager.remember(key, replay)
     else:
         out, lse = torch.ops.portattn.attention_with_kvcache(*args)
     return (out, lse) if return_lse else out

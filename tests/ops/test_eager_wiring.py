@@ -49,13 +49,13 @@ def test_kvcache_replays_a_remembered_call(monkeypatch):
     the checked path (which refuses CPU tensors) for calls the replay does not cover."""
     from portattn.ops import kvcache
 
-    monkeypatch.setattr(kvcache, "_replays", {})
+    monkeypatch.setattr(eager, "_replays", {})
     q, cache, new = torch.randn(2, 1, 4, 64), torch.randn(2, 16, 2, 64), torch.randn(2, 1, 2, 64)
     lengths = torch.full((2,), 8, dtype=torch.int32)
     for k in (None, new):
         key = kvcache._signature(q, cache, cache, lengths, k, k, None, True, None, 0, False, None, 0.0, None, None,
                                  None)
-        kvcache._replays[key] = lambda q, *rest: q + 1
+        eager.remember(key, lambda q, *rest: q + 1)
         assert torch.equal(portattn.attention_with_kvcache(q, cache, cache, cache_seqlens=lengths, k=k, v=k), q + 1)
     for other in (dict(cache_seqlens=8), dict(cache_seqlens=lengths, return_lse=True),
                   dict(cache_seqlens=lengths, scale=0.5), dict(cache_seqlens=lengths, window=(4, 0)),
