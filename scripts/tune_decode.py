@@ -1,5 +1,5 @@
 """Time the decode kernel for candidate tiles and split rules against SDPA's default backend (one process, same
-inputs, CUDA graph replay, median).
+inputs, CUDA graphs of back-to-back calls on copies of the inputs, median).
 
     PYTHONPATH=. python3 scripts/tune_decode.py
 Each candidate replaces the sm90 bfloat16 d = 128 row of the narrow decode table, the automatic split target
@@ -19,18 +19,18 @@ from portattn.kernels.variant import TileConfig as T
 from portattn.ops import eager
 from portattn.runtime.compiler import compile_kernel
 from portattn.runtime.target import target_for
-from portattn.tools.bench import _graph_us
+from portattn.tools.bench import MIN_GRAPH_CALLS, _decode_inputs, graph_us, input_copies
 
 TILES = [
     T(block_m=16, block_n=32, threads=32, stages=3),
+    T(block_m=16, block_n=32, threads=32, stages=4),
     T(block_m=16, block_n=32, threads=64, stages=3, key_waves=2),
-    T(block_m=16, block_n=32, threads=64, stages=4, key_waves=2),
     T(block_m=16, block_n=64, threads=64, stages=2, key_waves=2),
-    T(block_m=16, block_n=64, threads=128, stages=2, key_waves=4),
+    T(block_m=16, block_n=64, threads=64, stages=3, key_waves=2),
     T(block_m=16, block_n=64, threads=128, stages=3, key_waves=4),
 ]
-ROUNDS = [2]
-MIN_SPLIT_TILES = [2]
+ROUNDS = [1, 2, 3]
+MIN_SPLIT_TILES = [2, 4]
 MAX_SPLITS = [256]
 # (Hq, Hk, batch, keys, paged)
 SHAPES = [(32, 8, 1, 4096, False), (32, 8, 1, 65536, False), (32, 8, 8, 8192, False), (32, 8, 8, 65536, False),
@@ -39,30 +39,25 @@ SHAPES = [(32, 8, 1, 4096, False), (32, 8, 1, 65536, False), (32, 8, 8, 8192, Fa
 PAGE = 64
 
 
-def cases() -> list[tuple[str, object, float, float]]:
-    """(name, portattn call, SDPA default µs, bytes of K and V) per shape."""
+def cases() -> list[tuple[str, list, float, float]]:
+    """(name, portattn calls on copies of the inputs, SDPA default µs, bytes of K and V) per shape."""
     out = []
     for hq, hk, b, n, paged in SHAPES:
-        gen = torch.Generator(device="cuda").manual_seed(n + b)
-        q = torch.randn(b, 1, hq, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
-        k = torch.randn(b, n, hk, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
-        v = torch.randn_like(k)
-        lengths = torch.full((b,), n, dtype=torch.int32, device="cuda")
-        sdpa = _graph_us(lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), enable_gqa=True), 50)
+        nbytes = 2 * b * n * hk * 128 * 2
+        sets = [_decode_inputs(torch.bfloat16, 128, hq, hk, b, n, PAGE, n + b + i) for i in range(input_copies(nbytes))]
+        count = max(len(sets), MIN_GRAPH_CALLS)
+        sdpa = graph_us([lambda s=sets[i % len(sets)]: torch.nn.functional.scaled_dot_product_attention(
+            s["q"].transpose(1, 2), s["k"].transpose(1, 2), s["v"].transpose(1, 2), enable_gqa=True)
+            for i in range(count)], 50)
         if paged:
-            pages = n // PAGE
-            table = torch.randperm(b * pages, device="cuda", generator=gen).to(torch.int32).view(b, pages)
-            k_pool = torch.empty(b * pages, PAGE, hk, 128, device="cuda", dtype=torch.bfloat16)
-            v_pool = torch.empty_like(k_pool)
-            k_pool[table.flatten().long()] = k.reshape(b * pages, PAGE, hk, 128)
-            v_pool[table.flatten().long()] = v.reshape(b * pages, PAGE, hk, 128)
-            call = lambda q=q, kp=k_pool, vp=v_pool, t=table, s=lengths: portattn.attention_with_kvcache(  # noqa: E731
-                q, kp, vp, cache_seqlens=s, block_table=t)
+            calls = [lambda s=sets[i % len(sets)]: portattn.attention_with_kvcache(
+                s["q"], s["k_pool"], s["v_pool"], cache_seqlens=s["lengths"], block_table=s["table"])
+                for i in range(count)]
         else:
-            call = lambda q=q, k=k, v=v, s=lengths: portattn.attention_with_kvcache(q, k, v, cache_seqlens=s)  # noqa
+            calls = [lambda s=sets[i % len(sets)]: portattn.attention_with_kvcache(
+                s["q"], s["k"], s["v"], cache_seqlens=s["lengths"]) for i in range(count)]
         name = f"{hq}:{hk} B={b} N={n}{' paged' if paged else ''}"
-        out.append((name, call, sdpa, 2 * k.numel() * 2))
+        out.append((name, calls, sdpa, nbytes))
     return out
 
 
@@ -81,8 +76,8 @@ def main() -> None:
         spec = decode.select(target, "bfloat16", 128, 4).attend
         res = compile_kernel(spec, target).resources
         cells, ratios = [], []
-        for name, call, sdpa, nbytes in shapes:
-            us = _graph_us(call, 30)
+        for name, calls, sdpa, nbytes in shapes:
+            us = graph_us(calls, 30)
             ratios.append(sdpa / us)
             cells.append(f"{name}: {us:.1f} us {nbytes / us / 1e3:.0f} GB/s x{sdpa / us:.2f}")
         mean = math.exp(sum(map(math.log, ratios)) / len(ratios))

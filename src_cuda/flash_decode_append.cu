@@ -20,6 +20,8 @@ static_assert(PA_HEAD_DIM % CHUNK == 0 && ROWS >= 1, "bad head dim for the appen
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_decode_append(const PaDecodeParams p) {
+    pa_wait_prior_grid();  // the previous kernel on the stream may still read the cache or write k_new
+    pa_release_next_grid();
     const pa_i64 row = (pa_i64)blockIdx.x * ROWS + threadIdx.x / PER_ROW;
     const int c = threadIdx.x % PER_ROW * CHUNK;
     if ((int)threadIdx.x >= ROWS * PER_ROW || row >= (pa_i64)p.batch * p.seqlen_new * p.heads_kv) return;

@@ -25,6 +25,8 @@ PA_DEVICE float pa_weight(float x, float m) { return x == pa_neg_inf() ? 0.f : p
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_decode_combine(const PaDecodeParams p) {
+    pa_wait_prior_grid();  // the attend kernel's partial rows
+    pa_release_next_grid();
     __shared__ float sums_s[SLOTS][D];  // each slot's weighted sum, relative to its largest LSE
     __shared__ float max_s[SLOTS], total_s[SLOTS];
     __shared__ int bad_s[SLOTS];

@@ -2,7 +2,7 @@
 // keys of each (sequence, key/value head) split over blocks (split-KV), the query heads that share a key/value head
 // packed into the rows of one tile so that K and V are read once for all of them.
 //
-// Block x = split + num_splits (row block + row_blocks (b Hk + h_kv)): PA_BLOCK_M packed query rows (pa_decode_params
+// Block x = h_kv + Hk (split + num_splits (row block + row_blocks b)): PA_BLOCK_M packed query rows (pa_decode_params
 // .cuh) against the keys [split keys_per_split, ...) of sequence b. K and V tiles stream through PA_STAGES buffers:
 // the copies of the next PA_STAGES - 1 tiles are in flight while one is computed (decoding waits on memory). With
 // PA_KEY_WAVES > 1 that many waves hold the same rows, each computing its slice of every key tile, and their
@@ -58,15 +58,18 @@ static_assert(PA_SOFTMAX_MERGE_FLOATS<MT, D / PA_MMA_N> * (int)sizeof(float) <= 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash_decode_mma(const PaDecodeParams p) {
+    pa_wait_prior_grid();    // the previous kernel may write q, the cache or the lengths
+    pa_release_next_grid();  // the combine's blocks may be placed once all of these are
     extern __shared__ float4 pa_smem4[];
     pa_elem* q_s = pa_tile_base(pa_smem4);
     pa_elem* k_s = q_s + pa_tile_elems<BM>();
     pa_elem* v_s = k_s + STAGES * KV;
 
-    const int split = blockIdx.x % p.num_splits;
-    const int row_block = blockIdx.x / p.num_splits % p.row_blocks;
-    const int bh = blockIdx.x / p.num_splits / p.row_blocks;
-    const int b = bh / p.heads_kv, h_kv = bh % p.heads_kv;
+    // Consecutive blocks take the heads of one key range: blocks that run together read whole cache rows.
+    const int h_kv = blockIdx.x % p.heads_kv;
+    const int split = blockIdx.x / p.heads_kv % p.num_splits;
+    const int row_block = blockIdx.x / p.heads_kv / p.num_splits % p.row_blocks;
+    const int b = blockIdx.x / p.heads_kv / p.num_splits / p.row_blocks;
     const int group = p.heads_q / p.heads_kv;
     const int rows = group * p.seqlen_q, row0 = row_block * BM;
 

@@ -154,6 +154,23 @@ PA_DEVICE void pa_atomic_add2(float* p, float a, float b) {
 #endif
 }
 
+// ---- overlapping launches ------------------------------------------------------------------------------------
+// A kernel the host launches to overlap the end of the previous kernel on its stream (programmatic dependent
+// launch: NVIDIA sm_90 and later) may start before that kernel ends. pa_wait_prior_grid() returns once the previous
+// kernel has ended and its writes are visible: call it before touching memory that kernel may write.
+// pa_release_next_grid() lets the next such kernel's blocks be placed once every block of this one has called it
+// (or ended). Elsewhere, and in a normal launch, kernels run in stream order and both do nothing.
+PA_DEVICE void pa_wait_prior_grid() {
+#if defined(PA_VENDOR_CUDA) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+PA_DEVICE void pa_release_next_grid() {
+#if defined(PA_VENDOR_CUDA) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // Load VW (1, 2 or 4) consecutive floats with one access; the address must be aligned to VW floats.
 template <int VW>
 PA_DEVICE void pa_loadv(const float* p, float* out) {

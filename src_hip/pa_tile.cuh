@@ -279,8 +279,9 @@ struct PaTileLoader {
             }
         }
     }
-    // start_rows for a costly row_of (a page-table lookup): where a thread copies many rows, lane r of each wave
-    // works out row r's address once, and the copies take it from that lane.
+    // start_rows for rows read once with a costly row_of (decode's cache rows, a page-table lookup): where a thread
+    // copies many rows, lane r of each wave works out row r's address once, the copies take it from that lane, and
+    // they carry the read-once hints (pa_async_copy16_once).
     template <class RowOf>
     PA_DEVICE void start_rows_once(pa_elem* tile, const RowOf& row_of, int valid) const {
         if constexpr (!KEEP && ROWS <= PA_WARP_SIZE && TOTAL % PA_THREADS == 0) {
@@ -291,7 +292,8 @@ struct PaTileLoader {
                 const int idx = (int)threadIdx.x + i * PA_THREADS;
                 const int r = idx / CHUNKS, c = idx % CHUNKS * PA_TILE_CHUNK;
                 const pa_elem* src = static_cast<const pa_elem*>(pa_shfl_ptr(mine_src, r, PA_WARP_SIZE));
-                pa_async_copy16(tile + pa_tile_offset<ROWS>(r, c), r < valid ? src + c : nullptr, r < valid);
+                pa_async_copy16_once<PA_HEAD_DIM*(int)sizeof(pa_elem)>(tile + pa_tile_offset<ROWS>(r, c), src + c,
+                                                                       r < valid);
             }
         } else {
             start_rows(tile, row_of, valid);

@@ -7,6 +7,10 @@ Kernels, one parameter struct (``PaDecodeParams``, ``pa_decode_params.cuh``):
   its keys, on the matrix units;
 - ``flash_decode_combine.cu``: the splits' rows merged by their LSE (when there is more than one split).
 
+Where the target has overlapping launches (``Target.overlapping_launches``), each kernel is launched to start
+while the previous kernel on the stream ends, and waits for it before touching memory: the combine's blocks are
+placed while the attend kernel's last blocks run, instead of after it ends.
+
 Masks are aligned bottom-right (``masking.Masking``: causal, windows); windows with a left bound, softcap and ALiBi
 slopes take the attend kernel's extended-mask build (``PA_MASK_EXT``). A sequence may read another cache row
 (``cache_batch_idx``) and start past the cache's first rows (``cache_leftpad``), as in flash-attn.
@@ -268,7 +272,8 @@ def start(plan: Launches, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
         p.softcap = masking.softcap
     stream = current_stream(q.device)
     for launch in launches:
-        loader.launch(launch.target, launch.fn, launch.grid, launch.threads, launch.smem_bytes, p, stream)
+        loader.launch(launch.target, launch.fn, launch.grid, launch.threads, launch.smem_bytes, p, stream,
+                      launch.overlap)
 
 
 def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, k_new: torch.Tensor | None,
@@ -322,6 +327,7 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
         if grid >= 2**31:
             raise ValueError(f"problem too large: {grid} blocks for {spec.function} (must be < 2**31)")
         fn = loader.kernel_function(spec, target, q.device.index)
-        launches.append(loader.Launch(target, fn, grid, spec.tile.threads, spec.smem_bytes, p))
+        launches.append(loader.Launch(target, fn, grid, spec.tile.threads, spec.smem_bytes, p,
+                                      target.overlapping_launches))
     rows = n_splits * batch * heads_q * seqlen_q
     return launches, (rows * head_dim, rows) if n_splits > 1 else None

@@ -7,7 +7,7 @@ machine without hip-python can still use the NVIDIA backend (and the reverse).
 Compiler modules provide ``NAME``, ``version()``, ``build_arch(arch, defines)``, ``options(arch, defines)``,
 ``compile_source(source, arch, options) -> (binary, log)`` and ``resources(binary, log, function)``. Driver modules
 provide ``load(binary, device_index) -> Module`` (``Module.function(name)``) and
-``launch(function, grid, block, smem_bytes, params, stream_handle)``.
+``launch(function, grid, block, smem_bytes, params, stream_handle, overlap)``.
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ class Backend:
         return self.driver.load(binary, device_index).function(function)
 
     def launch(self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
-               params: ctypes.Structure, stream_handle: int) -> None:
-        self.driver.launch(function, grid, block, smem_bytes, params, stream_handle)
+               params: ctypes.Structure, stream_handle: int, overlap: bool = False) -> None:
+        self.driver.launch(function, grid, block, smem_bytes, params, stream_handle, overlap)
 
 
 @functools.lru_cache(maxsize=None)

@@ -110,8 +110,9 @@ def load(binary: bytes, device_index: int, hip: Any = None) -> Module:
 
 
 def launch(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
-           params: ctypes.Structure, stream_handle: int) -> None:
-    """Launch ``fn`` with one by-value struct argument on the stream ``stream_handle`` (0: the null stream)."""
+           params: ctypes.Structure, stream_handle: int, overlap: bool = False) -> None:
+    """Launch ``fn`` with one by-value struct argument on the stream ``stream_handle`` (0: the null stream). HIP
+    has no overlapping launch: ``overlap`` is never set for HIP targets, and launches keep stream order."""
     hip = fn.hip
     # kernelParams is a void** array with one entry: the address of the struct argument.
     args = (ctypes.c_void_p * 1)(ctypes.addressof(params))

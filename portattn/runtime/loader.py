@@ -31,10 +31,11 @@ def kernel_function(spec: Buildable, target: Target, device_index: int) -> Any:
 
 
 def launch(target: Target, fn: Any, grid: int | tuple[int, int, int], threads: int, smem_bytes: int,
-           params: ctypes.Structure, stream_handle: int) -> None:
-    """Launch ``fn`` with ``threads`` threads per block and one by-value parameter struct."""
+           params: ctypes.Structure, stream_handle: int, overlap: bool = False) -> None:
+    """Launch ``fn`` with ``threads`` threads per block and one by-value parameter struct; ``overlap``: it may start
+    before the previous kernel on the stream ends (``Target.overlapping_launches``; the kernel waits for it)."""
     grid3 = (grid, 1, 1) if isinstance(grid, int) else grid
-    backend_for(target.vendor).launch(fn, grid3, (threads, 1, 1), smem_bytes, params, stream_handle)
+    backend_for(target.vendor).launch(fn, grid3, (threads, 1, 1), smem_bytes, params, stream_handle, overlap)
 
 
 SIGNATURES_KEPT = 4096  # launch states a family keeps; past this many its cache starts over
@@ -63,9 +64,10 @@ class Launch:
     threads: int
     smem_bytes: int
     params: ctypes.Structure
+    overlap: bool = False  # launched to overlap the previous kernel's end (the kernel waits for it)
 
     def __call__(self, stream_handle: int, **fields: Any) -> None:
         params = type(self.params).from_buffer_copy(self.params)
         for name, value in fields.items():
             setattr(params, name, value)
-        launch(self.target, self.fn, self.grid, self.threads, self.smem_bytes, params, stream_handle)
+        launch(self.target, self.fn, self.grid, self.threads, self.smem_bytes, params, stream_handle, self.overlap)

@@ -159,6 +159,12 @@ class Target:
             ) from None
 
     @property
+    def overlapping_launches(self) -> bool:
+        """Whether a kernel may be launched to overlap the end of the previous kernel on its stream (programmatic
+        dependent launch, NVIDIA sm_90 and later; the kernel waits with ``pa_wait_prior_grid``)."""
+        return self.vendor == "cuda" and int("".join(c for c in self.arch[3:] if c.isdigit()) or 0) >= 90
+
+    @property
     def emulated(self) -> bool:
         """True when the kernels' lane count differs from the hardware's (a verification mode)."""
         return self.lanes != self.hardware_lanes

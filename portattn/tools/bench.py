@@ -229,51 +229,83 @@ class DecodeRow:
         return self.bytes / t / 1e3 if t else None
 
 
-def _graph_us(fn: Callable[[], object], reps: int) -> float:
-    """Median microseconds of one replay of a CUDA graph that captured ``fn`` (warmed up on a side stream)."""
-    graph, _ = capture_graph(fn)
-    return 1e3 * time_ms(graph.replay, reps, 3)
+MIN_GRAPH_CALLS = 8  # calls per timed graph, so that the GPU's time dwarfs the host's cost of one replay
+MAX_INPUT_COPIES = 64
 
 
-def bench_decode_case(dtype: str, head_dim: int, heads_q: int, heads_kv: int, batch: int, keys: int,
-                      page_size: int = 64, reps: int = 50) -> DecodeRow:
-    """The same decode call through portattn (contiguous and paged caches) and SDPA's backends."""
-    from ..ops.kvcache import attention_with_kvcache
+def graph_us(calls: list[Callable[[], object]], reps: int) -> float:
+    """GPU microseconds per call: one CUDA graph runs ``calls`` back to back and is replayed ``reps`` times (CUDA
+    events around each replay, median), divided by the calls. A replay costs the host about as long as a short
+    decode call takes the GPU, so a graph of one call would time the host; here the GPU runs the calls without a
+    gap beyond what the launches themselves leave."""
+    graph, _ = capture_graph(lambda: [call() for call in calls])
+    return 1e3 * time_ms(graph.replay, reps, 3) / len(calls)
 
-    gen = torch.Generator(device="cuda").manual_seed(keys + batch)
-    dt = _DTYPES[dtype]
+
+def input_copies(nbytes: int) -> int:
+    """Copies of inputs of ``nbytes`` that together exceed three times the GPU's L2 cache (at most
+    MAX_INPUT_COPIES): calls cycling through them read memory, not a cache the previous call filled."""
+    l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 64 << 20
+    return max(1, min(MAX_INPUT_COPIES, -(-3 * l2 // nbytes)))
+
+
+def _decode_inputs(dt: torch.dtype, head_dim: int, heads_q: int, heads_kv: int, batch: int, keys: int,
+                   page_size: int, seed: int) -> dict[str, torch.Tensor]:
+    """Random q, contiguous caches k, v, lengths, and the same keys in scattered pages (table, k_pool, v_pool)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(batch, 1, heads_q, head_dim, device="cuda", dtype=dt, generator=gen)
     k = torch.randn(batch, keys, heads_kv, head_dim, device="cuda", dtype=dt, generator=gen)
     v = torch.randn(batch, keys, heads_kv, head_dim, device="cuda", dtype=dt, generator=gen)
     lengths = torch.full((batch,), keys, dtype=torch.int32, device="cuda")
     pages = -(-keys // page_size)
     table = torch.randperm(batch * pages, device="cuda", generator=gen).to(torch.int32).view(batch, pages)
-    k_pool = torch.empty(batch * pages, page_size, heads_kv, head_dim, device="cuda", dtype=dt)
-    v_pool = torch.empty_like(k_pool)
-    padded = pages * page_size
-    for src, pool in ((k, k_pool), (v, v_pool)):
-        full = torch.zeros(batch, padded, heads_kv, head_dim, device="cuda", dtype=dt)
+    pools = []
+    for src in (k, v):
+        pool = torch.empty(batch * pages, page_size, heads_kv, head_dim, device="cuda", dtype=dt)
+        full = torch.zeros(batch, pages * page_size, heads_kv, head_dim, device="cuda", dtype=dt)
         full[:, :keys] = src
         pool[table.flatten().long()] = full.view(batch * pages, page_size, heads_kv, head_dim)
-    calls: dict[str, Callable[[], object]] = {
-        "portattn": lambda: attention_with_kvcache(q, k, v, cache_seqlens=lengths),
-        "portattn paged": lambda: attention_with_kvcache(q, k_pool, v_pool, cache_seqlens=lengths,
-                                                         block_table=table),
-    }
-    qs, ks, vs = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    for name in SDPA_BACKENDS:
-        fn = _sdpa(name, qs, ks, vs, False)
-        if fn is not None:
-            calls[f"SDPA {name}"] = fn
-    ref, _ = reference_attention(qs[:1], ks[:1], vs[:1])
-    row = DecodeRow(dtype, head_dim, heads_q, heads_kv, batch, keys, 2 * k.numel() * k.element_size())
+        pools.append(pool)
+    return {"q": q, "k": k, "v": v, "lengths": lengths, "table": table, "k_pool": pools[0], "v_pool": pools[1]}
+
+
+def bench_decode_case(dtype: str, head_dim: int, heads_q: int, heads_kv: int, batch: int, keys: int,
+                      page_size: int = 64, reps: int = 50) -> DecodeRow:
+    """The same decode call through portattn (contiguous and paged caches) and SDPA's backends. Kernel time cycles
+    through copies of the inputs (``input_copies``); eager time repeats the call on the first copy."""
+    from ..ops.kvcache import attention_with_kvcache
+
+    dt = _DTYPES[dtype]
+    nbytes = 2 * batch * keys * heads_kv * head_dim * dt.itemsize
+    sets = [_decode_inputs(dt, head_dim, heads_q, heads_kv, batch, keys, page_size, keys + batch + i)
+            for i in range(input_copies(nbytes))]
+
+    def calls(s: dict[str, torch.Tensor]) -> dict[str, Callable[[], object]]:
+        out: dict[str, Callable[[], object]] = {
+            "portattn": lambda: attention_with_kvcache(s["q"], s["k"], s["v"], cache_seqlens=s["lengths"]),
+            "portattn paged": lambda: attention_with_kvcache(s["q"], s["k_pool"], s["v_pool"],
+                                                             cache_seqlens=s["lengths"], block_table=s["table"]),
+        }
+        for name in SDPA_BACKENDS:
+            fn = _sdpa(name, s["q"].transpose(1, 2), s["k"].transpose(1, 2), s["v"].transpose(1, 2), False)
+            if fn is not None:
+                out[f"SDPA {name}"] = fn
+        return out
+
+    per_set = [calls(s) for s in sets]
+    first = sets[0]
+    ref, _ = reference_attention(*(first[n][:1].transpose(1, 2) for n in ("q", "k", "v")))
+    row = DecodeRow(dtype, head_dim, heads_q, heads_kv, batch, keys, nbytes)
+    n_calls = max(len(sets), MIN_GRAPH_CALLS)
     with torch.no_grad():
-        got = calls["portattn paged"]()
+        got = per_set[0]["portattn paged"]()
         row.max_rel_error = relative_error(got[:1].transpose(1, 2), ref)
         for name in ["portattn", "portattn paged", *(f"SDPA {n}" for n in SDPA_BACKENDS)]:
-            fn = calls.get(name)
-            row.kernel_us[name] = _graph_us(fn, reps) if fn else None
-            row.eager_us[name] = 1e3 * time_ms(fn, reps, 5) if fn else None
+            if name not in per_set[0]:
+                row.kernel_us[name] = row.eager_us[name] = None
+                continue
+            row.kernel_us[name] = graph_us([per_set[i % len(sets)][name] for i in range(n_calls)], reps)
+            row.eager_us[name] = 1e3 * time_ms(per_set[0][name], reps, 5)
     return row
 
 
