@@ -80,10 +80,15 @@ COMBINE_ROW_LANES = 16  # lanes of a combine slot (COMBINE_THREADS / COMBINE_ROW
 COMBINE_SPLITS_PER_SLOT = 4  # the combine spreads a row's splits over enough slots for about this many each
 MAX_SPLITS = 256
 MAX_QUERIES = 16  # attention calls with at most this many query rows (not causal) run as decoding
-# Automatic splits: about this many rounds of the attend blocks that the GPU holds at once, the round count whole
-# where it can be (a part-filled last round is a tail at the end of the kernel). More rounds shorten the splits and
-# add partial results; scripts/tune_decode.py.
+# Automatic splits. A long call (more than LONG_CALL_BYTES of K and V) takes up to SPLIT_ROUNDS rounds of the attend
+# blocks that the GPU holds at once, the round count whole where it can be (a part-filled last round is a tail at
+# the end of the kernel): there, more blocks still add a few percent of bandwidth and the splits' partial results
+# cost little. A shorter call takes only the blocks that keep about BYTES_IN_FLIGHT of key/value tiles streaming:
+# beyond that, each split's partial rows, its pipeline's start and the combine's work cost more than the extra
+# blocks' reading saves (scripts/tune_decode.py).
 SPLIT_ROUNDS = 2
+LONG_CALL_BYTES = 512 << 20
+BYTES_IN_FLIGHT = 4 << 20
 # A split takes at least this many key tiles: shorter ones cost more in partial writes and the combine launch than
 # their parallel reading saves (scripts/tune_decode.py), and a short cache then needs no combine.
 MIN_SPLIT_TILES = 2
@@ -192,12 +197,16 @@ def shipped_variants(target: Target) -> list[DecodeSpec]:
     return specs  # a tile that does not fit the target gives way to one that does (select)
 
 
-def splits(resident: int, base_blocks: int, keys: int, block_n: int) -> int:
-    """Key splits per (sequence, head, row block), for ``base_blocks`` of those and ``resident`` attend blocks held
-    by the GPU at once: at least MIN_SPLIT_TILES key tiles per split, at most MAX_SPLITS, and up to SPLIT_ROUNDS
-    rounds of blocks; of those counts the one that fills its last round best (ties: the most splits)."""
+def splits(resident: int, base_blocks: int, keys: int, block_n: int, tile_bytes: int) -> int:
+    """Key splits per (sequence, head, row block), for ``base_blocks`` of those, ``resident`` attend blocks held by
+    the GPU at once and key tiles of ``block_n`` keys and ``tile_bytes`` bytes of K and V: at least MIN_SPLIT_TILES
+    key tiles per split, at most MAX_SPLITS, up to SPLIT_ROUNDS rounds of blocks, and for a call of at most
+    LONG_CALL_BYTES only the blocks that keep BYTES_IN_FLIGHT streaming; of those counts the one that fills its last
+    round best (ties: the most splits)."""
     base = max(base_blocks, 1)
     most = max(1, min(-(-SPLIT_ROUNDS * resident // base), keys // (MIN_SPLIT_TILES * block_n), MAX_SPLITS))
+    if base * -(-keys // block_n) * tile_bytes <= LONG_CALL_BYTES:
+        most = min(most, max(1, -(-BYTES_IN_FLIGHT // (tile_bytes * base))))
     fill = lambda n: round(base * n / (-(-base * n // resident) * resident), 2)  # noqa: E731
     return max(range(1, most + 1), key=lambda n: (fill(n), n))
 
@@ -293,7 +302,9 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
     keys = max(1, min(capacity, max_keys) if max_keys is not None else capacity)
     if masking.left != NONE and masking.right != NONE:  # the keys some query position sees
         keys = min(keys, masking.left + seqlen_q + masking.right)
-    n_splits = num_splits or splits(resident_blocks(plan.attend, target), batch * heads_kv * row_blocks, keys, bn)
+    tile_bytes = 2 * bn * head_dim * q.element_size()  # K and V of one key tile
+    n_splits = num_splits or splits(resident_blocks(plan.attend, target), batch * heads_kv * row_blocks, keys, bn,
+                                    tile_bytes)
     per_split = -(-keys // max(1, min(n_splits, -(-keys // bn))))
     keys_per_split = -(-per_split // bn) * bn  # whole key tiles
     n_splits = -(-keys // keys_per_split)

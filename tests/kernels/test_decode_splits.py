@@ -6,29 +6,40 @@ from portattn.runtime.resources import Resources, blocks_per_multiprocessor
 from portattn.runtime.target import Target
 
 BN = 32
+TILE = 2 * BN * 128 * 2  # K and V bytes of a 32-key tile, d = 128, 16-bit
 
 
 @pytest.mark.parametrize("base", [1, 2, 7, 8, 64, 256, 1000])
 @pytest.mark.parametrize("keys", [1, 63, 64, 4096, 65536, 1 << 20])
 def test_splits_stay_within_their_bounds(base, keys):
     resident = 528
-    n = decode.splits(resident, base, keys, BN)
+    n = decode.splits(resident, base, keys, BN, TILE)
     assert 1 <= n <= decode.MAX_SPLITS
     if n > 1:  # every split holds at least MIN_SPLIT_TILES key tiles
         assert keys // n >= decode.MIN_SPLIT_TILES * BN
     assert base * n <= max(base, decode.SPLIT_ROUNDS * resident + base)  # no more than the rounds asked for
+    if base * -(-keys // BN) * TILE <= decode.LONG_CALL_BYTES:  # a short call: about BYTES_IN_FLIGHT streaming
+        assert n == 1 or (n - 1) * base * TILE < decode.BYTES_IN_FLIGHT
 
 
 def test_short_caches_take_one_split():
-    assert decode.splits(528, 1, decode.MIN_SPLIT_TILES * BN - 1, BN) == 1
-    assert decode.splits(528, 1, 64, BN) == 1  # two 32-key tiles: one split, no combine launch
+    assert decode.splits(528, 1, decode.MIN_SPLIT_TILES * BN - 1, BN, TILE) == 1
+    assert decode.splits(528, 1, 64, BN, TILE) == 1  # two 32-key tiles: one split, no combine launch
 
 
-@pytest.mark.parametrize("base,expected", [(64, 16), (8, 132), (256, 4), (1, 256)])
-def test_splits_fill_whole_rounds(base, expected):
-    """With 528 resident blocks: 64 bases take 16 splits (1024 blocks, not 17 and a part-filled third round); one
-    base takes the most splits allowed."""
-    assert decode.splits(528, base, 65536, BN) == expected
+@pytest.mark.parametrize("base,expected", [(64, 16), (32, 33), (256, 4)])
+def test_long_calls_fill_whole_rounds(base, expected):
+    """With 528 resident blocks and 64k keys (1 GiB and more of K and V): 64 bases take 16 splits (1024 blocks, not
+    17 and a part-filled third round), 32 take 33 (1056 blocks)."""
+    assert decode.splits(528, base, 65536, BN, TILE) == expected
+
+
+@pytest.mark.parametrize("base,keys,expected", [(1, 65536, 256), (8, 65536, 32), (8, 4096, 32), (32, 4096, 8),
+                                                (256, 4096, 1)])
+def test_short_calls_keep_the_bytes_in_flight(base, keys, expected):
+    """Up to 512 MiB of K and V: 4 MiB of 16 KiB tiles is 256 blocks, so 8 bases take 32 splits and 32 take 8; a
+    single base is held to the most splits, 256 bases to one (no combine)."""
+    assert decode.splits(528, base, keys, BN, TILE) == expected
 
 
 def test_resident_blocks_follow_shared_memory_and_registers():

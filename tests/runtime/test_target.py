@@ -41,3 +41,12 @@ def test_every_amd_arch_has_a_family_with_occupancy_rules_and_a_rocm_release():
             assert info.family in WAVE_SLOTS, arch
             assert info.lanes == (32 if info.family.startswith("rdna") else 64), arch
             assert tuple(int(x) for x in info.min_rocm.split(".")) >= (4, 0), arch
+
+
+def test_overlapping_launches_only_on_nvidia_sm90_and_later(fake_device, monkeypatch):
+    assert Target.for_arch("sm_90").overlapping_launches
+    assert not Target.for_arch("sm_80").overlapping_launches and not Target.for_arch("sm_89").overlapping_launches
+    assert not any(Target.for_arch(a).overlapping_launches for a in KNOWN_ARCHS if a.startswith("gfx"))
+    monkeypatch.setenv("PORTATTN_LANES", "64")
+    assert fake_device("sm_90").overlapping_launches  # the 64-lane mapping runs on the same NVIDIA hardware
+    assert Target("cuda", "sm_100", 32, 148, 232448, 233472).overlapping_launches
