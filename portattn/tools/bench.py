@@ -209,7 +209,7 @@ def bench_meta() -> dict[str, str]:
 
 @dataclass
 class DecodeRow:
-    """One decode call (one query row per sequence): kernel-only time (CUDA graph replay) and end-to-end time
+    """One decode call (one query row per sequence): kernel-only time (``graph_us``) and end-to-end time
     (eager calls), microseconds, for portattn (contiguous and paged caches) and each SDPA backend; K+V read in
     GB/s from the kernel-only times."""
 

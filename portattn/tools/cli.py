@@ -236,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--backward", action="store_true",
                    help="time the backward (and forward+backward, peak memory) instead of the forward")
     b.add_argument("--decode", action="store_true",
-                   help="time decoding (one query row per sequence over a KV cache): CUDA graph replay and eager")
+                   help="time decoding (one query row per sequence over a KV cache): GPU time per call "
+                        "(CUDA graph of back-to-back calls) and eager")
     b.add_argument("--groups", nargs="+", default=["32:8", "8:1"], help="--decode: query heads:key/value heads")
     b.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32], help="--decode: sequences")
     b.add_argument("--keys", nargs="+", type=int, default=[4096, 8192, 65536], help="--decode: keys per sequence")
