@@ -20,7 +20,7 @@ from portattn.kernels.variant import TileConfig as T
 from portattn.ops import eager
 from portattn.runtime.compiler import compile_kernel
 from portattn.runtime.target import target_for
-from portattn.tools.bench import MIN_GRAPH_CALLS, _decode_inputs, graph_us, input_copies
+from portattn.tools.bench import MIN_GRAPH_CALLS, decode_inputs, graph_us, input_copies
 
 TILES = [
     T(block_m=16, block_n=32, threads=32, stages=3),
@@ -43,7 +43,7 @@ def cases() -> list[tuple[str, list, float, float]]:
     out = []
     for hq, hk, b, n, paged in SHAPES:
         nbytes = 2 * b * n * hk * 128 * 2
-        sets = [_decode_inputs(torch.bfloat16, 128, hq, hk, b, n, PAGE, n + b + i) for i in range(input_copies(nbytes))]
+        sets = [decode_inputs(torch.bfloat16, 128, hq, hk, b, n, PAGE, n + b + i) for i in range(input_copies(nbytes))]
         count = max(len(sets), MIN_GRAPH_CALLS)
         sdpa = graph_us([lambda s=sets[i % len(sets)]: torch.nn.functional.scaled_dot_product_attention(
             s["q"].transpose(1, 2), s["k"].transpose(1, 2), s["v"].transpose(1, 2), enable_gqa=True)

@@ -249,7 +249,7 @@ def input_copies(nbytes: int) -> int:
     return max(1, min(MAX_INPUT_COPIES, -(-3 * l2 // nbytes)))
 
 
-def _decode_inputs(dt: torch.dtype, head_dim: int, heads_q: int, heads_kv: int, batch: int, keys: int,
+def decode_inputs(dt: torch.dtype, head_dim: int, heads_q: int, heads_kv: int, batch: int, keys: int,
                    page_size: int, seed: int) -> dict[str, torch.Tensor]:
     """Random q, contiguous caches k, v, lengths, and the same keys in scattered pages (table, k_pool, v_pool)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -277,7 +277,7 @@ def bench_decode_case(dtype: str, head_dim: int, heads_q: int, heads_kv: int, ba
 
     dt = _DTYPES[dtype]
     nbytes = 2 * batch * keys * heads_kv * head_dim * dt.itemsize
-    sets = [_decode_inputs(dt, head_dim, heads_q, heads_kv, batch, keys, page_size, keys + batch + i)
+    sets = [decode_inputs(dt, head_dim, heads_q, heads_kv, batch, keys, page_size, keys + batch + i)
             for i in range(input_copies(nbytes))]
 
     def calls(s: dict[str, torch.Tensor]) -> dict[str, Callable[[], object]]:
