@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import portattn
 from portattn.flash_attn import flash_attn_func, flash_attn_varlen_func
+from portattn.tools.bench import MIN_GRAPH_CALLS, graph_us
 
 
 def median_ms(fn, runs: int = 30) -> float:
@@ -82,7 +83,8 @@ def main() -> None:
 
 def decode_window(dt: torch.dtype, d: int) -> None:
     """One decoding step of 8 sequences (32 query heads, 8 key/value heads) over 32768 cached keys: a 4096-key
-    window against the whole cache; kernel time by CUDA graph replay, with the bandwidth of the K and V bytes read."""
+    window against the whole cache; kernel time as GPU time per call (``graph_us``: a CUDA graph of back-to-back
+    calls), with the bandwidth of the K and V bytes read."""
     b, n, hq, hk, window = 8, 32768, 32, 8, 4096
     q = torch.randn(b, 1, hq, d, device="cuda", dtype=dt)
     k_cache, v_cache = (torch.randn(b, n, hk, d, device="cuda", dtype=dt) for _ in range(2))
@@ -90,13 +92,9 @@ def decode_window(dt: torch.dtype, d: int) -> None:
     for name, w in (("full", None), ("window", (window, 0))):
         def step(w=w):
             return portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=n, window=w)
-        step()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        times[name] = median_ms(graph.replay)
+        times[name] = graph_us([step] * MIN_GRAPH_CALLS, 30) / 1e3
     shape = f"{b}x1x{hq}x{d}, Hk={hk}, {n} keys"
-    row(f"decode, window {window} vs full cache (graph replay)", shape, times["window"], "portattn full",
+    row(f"decode, window {window} vs full cache (GPU time per call)", shape, times["window"], "portattn full",
         times["full"])
     for name, keys in (("full", n), ("window", window + 1)):
         gbs = 2 * b * keys * hk * d * 2 / times[name] / 1e6

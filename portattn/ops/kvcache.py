@@ -61,7 +61,6 @@ def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cach
     return out, lse
 
 
-
 def _launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
             k: Optional[torch.Tensor], v: Optional[torch.Tensor], block_table: Optional[torch.Tensor], causal: bool,
             scale: float, num_splits: int, return_lse: bool, max_keys: int, window_left: int, window_right: int,
