@@ -35,6 +35,9 @@ template <int N>
 PA_DEVICE void pa_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// Ordinary shared-memory stores made visible to the unit's operand reads (the async proxy); before the barrier
+// that hands the tile to the other warps.
+PA_DEVICE void pa_wgmma_smem_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // After the wait: the compiler must not read accumulators before it (they are written behind its back).
 template <int N>
 PA_DEVICE void pa_wgmma_settle(float* d) {
@@ -43,8 +46,9 @@ PA_DEVICE void pa_wgmma_settle(float* d) {
 }
 
 // d (N / 2 floats) += A (64 x 16) * B (16 x N). ss: A and B in shared memory, both K-major; accumulate == 0
-// overwrites d instead. rs: A in registers, B N-major (transposed). Score tiles are 64 keys wide (ss, N = 64);
-// output tiles are the head dim wide (rs, N = 64 or 128).
+// overwrites d instead. rs: A in registers, B N-major (transposed). st: A K-major and B N-major, both in shared
+// memory. Score tiles are 64 keys wide (ss, N = 64); output tiles are the head dim wide (rs, N = 64 or 128); the
+// backward's dQ = dS K takes half the head dim per warpgroup (st, N = 32 or 64).
 // clang-format off: the operand lists keep eight accumulators a line
 PA_DEVICE void pa_wgmma_ss_n64(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
     asm volatile(
@@ -92,7 +96,41 @@ PA_DEVICE void pa_wgmma_rs_n128(float* d, const unsigned (&a)[4], unsigned long 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
+// d (N / 2 floats) += A (64 x 16) * B (16 x N), both from shared memory: A K-major, B N-major (transposed).
+PA_DEVICE void pa_wgmma_st_n32(float* d, unsigned long long desc_a, unsigned long long desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." PA_WGMMA_AB " {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, p, 1, 1, 0, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+PA_DEVICE void pa_wgmma_st_n64(float* d, unsigned long long desc_a, unsigned long long desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PA_WGMMA_AB " {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
 // clang-format on
+
+template <int N>
+PA_DEVICE void pa_wgmma_st(float* d, unsigned long long desc_a, unsigned long long desc_b) {
+    static_assert(N == 32 || N == 64, "shared-operand warpgroup MMA width must be 32 or 64");
+    if constexpr (N == 32)
+        pa_wgmma_st_n32(d, desc_a, desc_b);
+    else
+        pa_wgmma_st_n64(d, desc_a, desc_b);
+}
 
 template <int N>
 PA_DEVICE void pa_wgmma_rs(float* d, const unsigned (&a)[4], unsigned long long desc_b) {

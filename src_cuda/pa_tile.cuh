@@ -42,9 +42,6 @@ PA_DEVICE void pa_tile_to_a(pa_mma_a (&a)[MT][KT], const pa_mma_c (&p)[MT][SN]) 
 
 #if PA_MMA_WGMMA
 static_assert(PA_HEAD_DIM % 64 == 0, "the warpgroup MMA tiles need a head dim that is a multiple of 64");
-#if defined(PA_BLOCK_N)
-static_assert(PA_BLOCK_N == 64, "the warpgroup MMA score tiles are 64 keys wide");
-#endif
 #if defined(PA_THREADS)
 static_assert(PA_THREADS % 128 == 0, "the warpgroup MMA needs whole warpgroups (128 threads)");
 static_assert(PA_KEY_WAVES == 1, "the warpgroup MMA tiles split rows, not keys, between waves");
@@ -79,6 +76,7 @@ PA_DEVICE int pa_wave_row(int mt) {
 // start and its wait, and the A fragments of P V must stay unchanged until it completes. Q K^T overwrites s.
 template <int MT, int SN, int BM, int BN>
 PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
+    static_assert(BN == 64 && SN * PA_MMA_N == BN, "the warpgroup MMA score tiles are 64 columns wide");
     pa_wgmma_fence();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {

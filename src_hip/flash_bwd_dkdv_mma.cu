@@ -12,17 +12,17 @@
 //   dQ += dS K                                     (dS^T through shared memory; float32 atomic adds into dq_accum)
 // PA_SPLIT > 1 gives each block 1 / PA_SPLIT of the head dim's columns of dK, dV and dQ (S and dP are computed
 // whole by each): the accumulators of large head dims then fit the registers.
+// With the warpgroup MMA (PA_MMA_WGMMA, sm_90a) each warpgroup owns 64 keys; the products read Q, dO, K, V and the
+// dS tile from shared memory in the unit's swizzled layout and run asynchronously, and dQ = dS K is split between
+// the warpgroups by head-dim columns.
 //
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_SPLIT, PA_STAGES,
-// PA_MIN_BLOCKS, PA_SMEM_BYTES, PA_BF16, PA_F32.
+// PA_MIN_BLOCKS, PA_SMEM_BYTES, PA_BF16, PA_F32, PA_MMA_WGMMA.
 #include "pa_bwd.cuh"
 
 #if !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_SPLIT) || !defined(PA_STAGES) || \
     !defined(PA_MIN_BLOCKS) || !defined(PA_SMEM_BYTES)
 #error "PA_BLOCK_M, PA_BLOCK_N, PA_SPLIT, PA_STAGES, PA_MIN_BLOCKS and PA_SMEM_BYTES must be defined by the host"
-#endif
-#if PA_MMA_WGMMA
-#error "the backward kernels run on the synchronous tile products"
 #endif
 
 namespace {
@@ -35,7 +35,6 @@ constexpr int MT = BN / (WAVES * PA_MMA_M);  // key row tiles per wave
 constexpr int SM = BM / PA_MMA_N;            // score column tiles (queries)
 constexpr int DC = D / PA_SPLIT;             // head-dim columns of this block's dK, dV and dQ
 constexpr int OC = DC / PA_MMA_N;            // their column tiles
-constexpr int LDS = BN + PA_TILE_CHUNK;      // padded row of the dS tile (elements)
 constexpr int QT = pa_tile_elems<BM>();      // elements of one Q or dO buffer
 constexpr int STAGES = PA_STAGES;            // buffers of the streamed query tiles
 static_assert(STAGES == 1 || STAGES == 2, "PA_STAGES must be 1 or 2");
@@ -43,8 +42,21 @@ static_assert(STAGES == 1 || STAGES == 2, "PA_STAGES must be 1 or 2");
 static_assert(PA_THREADS % PA_WARP_SIZE == 0 && MT >= 1 && BN == WAVES * PA_MMA_M * MT, "bad PA_BLOCK_N / PA_THREADS");
 static_assert(SM % PA_MMA_B_TILES == 0 && BM % PA_MMA_K == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_M");
 static_assert(D % PA_SPLIT == 0 && DC % (PA_MMA_N * PA_MMA_B_TILES) == 0 && D % PA_MMA_K == 0, "bad PA_SPLIT");
+#if PA_MMA_WGMMA
+static_assert(PA_SPLIT == 1 && BM == 64 && WAVES % 4 == 0, "warpgroup MMA: 64-query tiles, no column split");
+constexpr int DS_ELEMS = BM * BN;  // the dS tile [query][key], swizzled like the other tiles
+constexpr int ALIGN_SLACK = 1024 - 16;
+// Element offset of (query, key) in the dS tile.
+PA_DEVICE int ds_offset(int query, int key) { return pa_tile_offset<BM>(query, key & ~7) + (key & 7); }
+#else
+constexpr int LDS = BN + PA_TILE_CHUNK;  // padded row of the dS tile (elements)
+constexpr int DS_ELEMS = BM * LDS;
+constexpr int ALIGN_SLACK = 0;
+PA_DEVICE int ds_offset(int query, int key) { return query * LDS + key; }
+#endif
 // K and V, the buffers of Q and dO, the dS tile, the buffers of LSE and delta.
-constexpr int SMEM = (int)sizeof(pa_elem) * (2 * pa_tile_elems<BN>() + 2 * STAGES * QT + BM * LDS) + 8 * STAGES * BM;
+constexpr int SMEM =
+    (int)sizeof(pa_elem) * (2 * pa_tile_elems<BN>() + 2 * STAGES * QT + DS_ELEMS) + 8 * STAGES * BM + ALIGN_SLACK;
 static_assert(PA_SMEM_BYTES == SMEM,
               "the host's shared-memory size (PA_SMEM_BYTES) does not match this kernel's tiles");
 
@@ -58,9 +70,41 @@ PA_DEVICE void store_ds_transposed(const pa_mma_c (&ds)[MT][SM], pa_elem* ds_s) 
             for (int j = 0; j < SM; ++j)
 #pragma unroll
                 for (int e = 0; e < PA_MMA_C_COLS; ++e)
-                    pa_store_elem(ds_s + (j * PA_MMA_N + pa_mma_c_col(e)) * LDS + pa_wave_row<MT>(mt) + pa_mma_c_row(r),
-                                  ds[mt][j][r * PA_MMA_C_COLS + e]);
+                    pa_store_elem(
+                        ds_s + ds_offset(j * PA_MMA_N + pa_mma_c_col(e), pa_wave_row<MT>(mt) + pa_mma_c_row(r)),
+                        ds[mt][j][r * PA_MMA_C_COLS + e]);
 }
+
+#if PA_MMA_WGMMA
+// dq_accum rows m0.. += dS K, with float32 atomics. Warpgroup g computes the head-dim columns g DQ_N ..; each of
+// its warps holds 16 of the 64 rows.
+constexpr int DQ_N = D / (WAVES / 4);
+PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq, int m0, int rows, int) {
+    const int c0 = pa_wave_id() / 4 * DQ_N;
+    pa_mma_c part[DQ_N / PA_MMA_N];
+#pragma unroll
+    for (int j = 0; j < DQ_N / PA_MMA_N; ++j)
+#pragma unroll
+        for (int i = 0; i < PA_MMA_C_REGS; ++i) part[j][i] = 0.f;
+    pa_wgmma_fence();
+#pragma unroll
+    for (int k0 = 0; k0 < BN; k0 += PA_MMA_K)
+        pa_wgmma_st<DQ_N>(&part[0][0], pa_wgmma_desc(pa_tile_operand<BM>(ds_s, 0, k0), 16),
+                          pa_wgmma_desc(pa_tile_operand<BN>(k_s, k0, c0), BN * 128));
+    pa_wgmma_commit();
+    pa_wgmma_wait<0>();
+    pa_wgmma_settle<DQ_N / 2>(&part[0][0]);
+#pragma unroll
+    for (int rr = 0; rr < PA_MMA_C_ROWS; ++rr) {
+        const int row = m0 + pa_wave_id() % 4 * PA_MMA_M + pa_mma_c_row(rr);
+        if (row >= rows) continue;
+#pragma unroll
+        for (int j = 0; j < DQ_N / PA_MMA_N; ++j)
+            pa_atomic_add2(dq + (pa_i64)row * D + c0 + j * PA_MMA_N + pa_mma_c_col(0), part[j][rr * 2],
+                           part[j][rr * 2 + 1]);
+    }
+}
+#else
 
 // dq_accum rows m0.. (columns c0..) += dS K: the BM x DC product split into units of PA_MMA_M rows and
 // PA_MMA_B_TILES column tiles, spread over the waves, each added with float32 atomics.
@@ -77,7 +121,7 @@ PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq, int m0
 #pragma unroll
         for (int k0 = 0; k0 < BN; k0 += PA_MMA_K) {
             pa_mma_a a;
-            pa_mma_load_a_kn(a, ds_s + rt * PA_MMA_M * LDS + k0, LDS);
+            pa_mma_load_a_kn(a, ds_s + ds_offset(rt * PA_MMA_M, k0), LDS);
             pa_mma_b b;
             pa_mma_load_b_kn(b, k_s + pa_tile_offset<BN>(k0, c0 + ct * PA_MMA_B_TILES * PA_MMA_N), PA_TILE_LD);
 #pragma unroll
@@ -100,17 +144,18 @@ PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq, int m0
             }
     }
 }
+#endif
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash_bwd_dkdv_mma(const PaBwdParams p) {
     extern __shared__ float4 pa_smem4[];
-    pa_elem* k_s = reinterpret_cast<pa_elem*>(pa_smem4);
+    pa_elem* k_s = pa_tile_base(pa_smem4);
     pa_elem* v_s = k_s + pa_tile_elems<BN>();
     pa_elem* q_s = v_s + pa_tile_elems<BN>();  // STAGES buffers each of Q and dO
     pa_elem* do_s = q_s + STAGES * QT;
     pa_elem* ds_s = do_s + STAGES * QT;
-    float* lse_s = reinterpret_cast<float*>(ds_s + BM * LDS);  // STAGES buffers each of LSE (log2 units) and delta
+    float* lse_s = reinterpret_cast<float*>(ds_s + DS_ELEMS);  // STAGES buffers each of LSE (log2 units) and delta
     float* delta_s = lse_s + STAGES * BM;
 
     // Block x: key block n of (batch, key/value head) bh, column slice c; consecutive blocks take the key blocks of
@@ -175,17 +220,39 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
         const pa_elem* do_t = do_s + buf * QT;
 
         pa_mma_c s[MT][SM], ds[MT][SM];
+#if PA_TILE_ASYNC
+        pa_tile_qk_start<MT, SM, BN, BM>(s, k_s, q_t);
+        pa_tile_qk_start<MT, SM, BN, BM>(ds, v_s, do_t);
+        pa_tile_wait_scores<1>(s);
+        pa_tile_wait_scores<0>(ds);
+#else
         pa_tile_qk<MT, SM, BN, BM>(s, k_s, q_t);
         pa_tile_qk<MT, SM, BN, BM>(ds, v_s, do_t);
+#endif
         pa_bwd_grads<true>(s, ds, lse_s + buf * BM, delta_s + buf * BM, mask, pa_seq_mod(p, seq, b, h), p.scale_log2,
                            p.scale, n0, m0, m0, pa_mask_tile_partial(mask, m0, BM, n0, BN));
+#if PA_TILE_ASYNC
+        pa_mma_a p_a[MT][BM / PA_MMA_K], ds_a[MT][BM / PA_MMA_K];  // unchanged until the products complete
+        pa_tile_to_a(p_a, s);
+        pa_tile_to_a(ds_a, ds);
+        pa_tile_pv_start<MT, OC, BM>(dv, p_a, do_t);
+        pa_tile_pv_start<MT, OC, BM>(dk, ds_a, q_t);
+#else
         pa_tile_pv<MT, OC, BM, SM>(dv, s, do_t + c0);
         pa_tile_pv<MT, OC, BM, SM>(dk, ds, q_t + c0);
+#endif
         if (p.dq_atomic) {
             store_ds_transposed(ds, ds_s);
+#if PA_MMA_WGMMA
+            pa_wgmma_smem_fence();
+#endif
             __syncthreads();
             add_dq(ds_s, k_s, p.dq_accum + pa_bwd_row0(p, seq, b, h) * D, m0, seq.seqlen_q, c0);
         }
+#if PA_TILE_ASYNC
+        pa_tile_wait_all(dk);
+        pa_tile_wait_all(dv);
+#endif
         if (STAGES == 1 && t + 1 < tiles) {
             __syncthreads();  // every wave is done with the one buffer
             start_tile(t + 1);

@@ -54,6 +54,12 @@ _NV_DKDV = rows(HALF, {
     96: T(block_m=32, block_n=64, threads=128, split=2, stages=2),
     128: T(block_m=32, block_n=64, threads=128, split=2, stages=2),
 })
+# sm_90: the warpgroup MMA for the 16-bit head dims that are multiples of 64 (64-query tiles, 64 keys per
+# warpgroup).
+_SM90_DKDV = _NV_DKDV | rows(HALF, {
+    64: T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
+    128: T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
+})
 # dQ kernel (block_m queries per block, block_n keys per streamed tile), matrix units.
 _NV_DQ = rows(HALF, {
     32: T(block_m=64, block_n=64, threads=128),
@@ -109,7 +115,7 @@ _AMD_DKDV_NO_BF16 = {key: tile for key, tile in _AMD_DKDV.items() if key[0] != "
 _AMD_DQ_NO_BF16 = {key: tile for key, tile in _AMD_DQ.items() if key[0] != "bfloat16"}
 
 DKDV_TILES: dict[str, Rows] = {
-    "sm80": _NV_DKDV, "sm86": _NV_DKDV_SMALL_SMEM, "sm90": _NV_DKDV,
+    "sm80": _NV_DKDV, "sm86": _NV_DKDV_SMALL_SMEM, "sm90": _SM90_DKDV,
     "cdna1": _AMD_DKDV_NO_BF16, "cdna2": _AMD_DKDV, "cdna3": _AMD_DKDV, "cdna4": _AMD_DKDV,
     "rdna3": {}, "rdna4": {},
 }
@@ -120,7 +126,11 @@ DQ_TILES: dict[str, Rows] = {
 # Extended-mask builds (PA_MASK_EXT): dK/dV rows that differ. On CDNA the bfloat16 kernel's 64-row query tiles at
 # d = 32 / 64 need flat scratch with the score modifiers' registers (ROCm 5.2): 32-row tiles.
 _AMD_DKDV_EXT = rows(("bfloat16",), {d: T(block_m=32, block_n=64, threads=256) for d in (32, 64)})
-DKDV_TILES_EXT: dict[str, Rows] = {"cdna2": _AMD_DKDV_EXT, "cdna3": _AMD_DKDV_EXT, "cdna4": _AMD_DKDV_EXT}
+# On sm_90 the warpgroup MMA kernel at d = 128 spills with the score modifiers' registers: the mma.sync tile.
+DKDV_TILES_EXT: dict[str, Rows] = {
+    "sm90": rows(HALF, {128: _NV_DKDV[("float16", 128)]}),
+    "cdna2": _AMD_DKDV_EXT, "cdna3": _AMD_DKDV_EXT, "cdna4": _AMD_DKDV_EXT,
+}
 # SIMT float32 kernels (the portable fallback: float32 d = 256, RDNA, PORTATTN_KERNEL=simt).
 _NV_SIMT_DKDV = rows(F32, {d: T(block_m=32, block_n=32, threads=256) for d in HEAD_DIMS})
 _NV_SIMT_DQ = rows(F32, {d: T(block_m=32, block_n=32, threads=256) for d in HEAD_DIMS})
@@ -183,12 +193,14 @@ class BwdSpec(KernelSpec):
         if self.kernel == "simt":
             return {}
         stages = {"PA_STAGES": t.stages} if self.stage == "dkdv" else {}
-        return {"PA_SPLIT": t.split, "PA_MIN_BLOCKS": t.min_blocks} | stages
+        wgmma = {"PA_MMA_WGMMA": 1} if t.warpgroup_mma else {}
+        return {"PA_SPLIT": t.split, "PA_MIN_BLOCKS": t.min_blocks} | stages | wgmma
 
     @property
     def smem_bytes(self) -> int:
         """mma dkdv: K and V tiles, ``stages`` buffers of Q and dO tiles (rows padded by 16 bytes), the dS tile
-        [block_m][block_n + 16 bytes] and ``stages`` buffers of the LSE and delta rows; mma dq: Q, dO, K and V tiles
+        [block_m][block_n + 16 bytes] and ``stages`` buffers of the LSE and delta rows (warpgroup MMA: unpadded
+        swizzled rows, plus slack to align the tiles to 1024 bytes); mma dq: Q, dO, K and V tiles
         and the rows; simt: the four float32 tiles (rows padded by 4 floats), the P and dS tiles (rows padded by one
         float) and the rows. prep: none."""
         t = self.tile
@@ -199,6 +211,9 @@ class BwdSpec(KernelSpec):
             tile = t.block_n * (t.block_m + 1) if self.stage == "dkdv" else t.block_m * (t.block_n + 1)
             return 4 * (2 * (t.block_m + t.block_n) * row + 2 * tile + 2 * t.block_m)
         size = 4 if self.dtype == "float32" else 2
+        if t.warpgroup_mma:
+            tiles = (2 * t.block_n + 2 * t.stages * t.block_m) * self.head_dim + t.block_m * t.block_n
+            return size * tiles + 8 * t.stages * t.block_m + 1024 - 16
         row = self.head_dim + 16 // size
         if self.stage == "dkdv":
             tiles = 2 * t.block_n * row + 2 * t.stages * t.block_m * row + t.block_m * (t.block_n + 16 // size)
