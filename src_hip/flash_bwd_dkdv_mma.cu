@@ -45,18 +45,21 @@ static_assert(D % PA_SPLIT == 0 && DC % (PA_MMA_N * PA_MMA_B_TILES) == 0 && D % 
 #if PA_MMA_WGMMA
 static_assert(PA_SPLIT == 1 && BM == 64 && WAVES % 4 == 0, "warpgroup MMA: 64-query tiles, no column split");
 constexpr int DS_ELEMS = BM * BN;  // the dS tile [query][key], swizzled like the other tiles
+constexpr int LDQ = D + 4;         // padded row of the float32 dQ tile
+constexpr int DQ_BYTES = 4 * BM * LDQ;
 constexpr int ALIGN_SLACK = 1024 - 16;
 // Element offset of (query, key) in the dS tile.
 PA_DEVICE int ds_offset(int query, int key) { return pa_tile_offset<BM>(query, key & ~7) + (key & 7); }
 #else
 constexpr int LDS = BN + PA_TILE_CHUNK;  // padded row of the dS tile (elements)
 constexpr int DS_ELEMS = BM * LDS;
+constexpr int DQ_BYTES = 0;
 constexpr int ALIGN_SLACK = 0;
 PA_DEVICE int ds_offset(int query, int key) { return query * LDS + key; }
 #endif
-// K and V, the buffers of Q and dO, the dS tile, the buffers of LSE and delta.
-constexpr int SMEM =
-    (int)sizeof(pa_elem) * (2 * pa_tile_elems<BN>() + 2 * STAGES * QT + DS_ELEMS) + 8 * STAGES * BM + ALIGN_SLACK;
+// K and V, the buffers of Q and dO, the dS tile, the buffers of LSE and delta (warpgroup MMA: the dQ tile).
+constexpr int SMEM = (int)sizeof(pa_elem) * (2 * pa_tile_elems<BN>() + 2 * STAGES * QT + DS_ELEMS) + 8 * STAGES * BM +
+                     DQ_BYTES + ALIGN_SLACK;
 static_assert(PA_SMEM_BYTES == SMEM,
               "the host's shared-memory size (PA_SMEM_BYTES) does not match this kernel's tiles");
 
@@ -76,10 +79,10 @@ PA_DEVICE void store_ds_transposed(const pa_mma_c (&ds)[MT][SM], pa_elem* ds_s) 
 }
 
 #if PA_MMA_WGMMA
-// dq_accum rows m0.. += dS K, with float32 atomics. Warpgroup g computes the head-dim columns g DQ_N ..; each of
-// its warps holds 16 of the 64 rows.
+// dq_accum rows m0.. += dS K. Warpgroup g computes the head-dim columns g DQ_N .. (each of its warps 16 of the 64
+// rows) into the float32 tile dq_s; the block then adds the tile with 16-byte float32 atomics along its rows.
 constexpr int DQ_N = D / (WAVES / 4);
-PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq, int m0, int rows, int) {
+PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, float* dq, int m0, int rows) {
     const int c0 = pa_wave_id() / 4 * DQ_N;
     pa_mma_c part[DQ_N / PA_MMA_N];
 #pragma unroll
@@ -95,14 +98,16 @@ PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq, int m0
     pa_wgmma_wait<0>();
     pa_wgmma_settle<DQ_N / 2>(&part[0][0]);
 #pragma unroll
-    for (int rr = 0; rr < PA_MMA_C_ROWS; ++rr) {
-        const int row = m0 + pa_wave_id() % 4 * PA_MMA_M + pa_mma_c_row(rr);
-        if (row >= rows) continue;
-#pragma unroll
-        for (int j = 0; j < DQ_N / PA_MMA_N; ++j)
-            pa_atomic_add2(dq + (pa_i64)row * D + c0 + j * PA_MMA_N + pa_mma_c_col(0), part[j][rr * 2],
-                           part[j][rr * 2 + 1]);
-    }
+    for (int rr = 0; rr < PA_MMA_C_ROWS; ++rr)
+        pa_tile_store_row_f32(dq_s + (pa_wave_id() % 4 * PA_MMA_M + pa_mma_c_row(rr)) * LDQ + c0, part, rr, 1.f);
+    __syncthreads();
+    // Thread i adds columns 4 (i % (D / 4)) .. of rows i / (D / 4), i / (D / 4) + PA_THREADS / (D / 4), ...
+    const int c = threadIdx.x % (D / 4) * 4;
+    const int valid = rows - m0;
+    float* dst = dq + (pa_i64)m0 * D + c;
+#pragma unroll 1
+    for (int r = threadIdx.x / (D / 4); r < min(BM, valid); r += PA_THREADS / (D / 4))
+        pa_atomic_add4(dst + r * D, pa_load4(dq_s + r * LDQ + c));
 }
 #else
 
@@ -157,6 +162,9 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     pa_elem* ds_s = do_s + STAGES * QT;
     float* lse_s = reinterpret_cast<float*>(ds_s + DS_ELEMS);  // STAGES buffers each of LSE (log2 units) and delta
     float* delta_s = lse_s + STAGES * BM;
+#if PA_MMA_WGMMA
+    float* dq_s = delta_s + STAGES * BM;  // BM x LDQ
+#endif
 
     // Block x: key block n of (batch, key/value head) bh, column slice c; consecutive blocks take the key blocks of
     // one head, which share its Q and dO in the L2 cache.
@@ -247,7 +255,11 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
             pa_wgmma_smem_fence();
 #endif
             __syncthreads();
+#if PA_MMA_WGMMA
+            add_dq(ds_s, k_s, dq_s, p.dq_accum + pa_bwd_row0(p, seq, b, h) * D, m0, seq.seqlen_q);
+#else
             add_dq(ds_s, k_s, p.dq_accum + pa_bwd_row0(p, seq, b, h) * D, m0, seq.seqlen_q, c0);
+#endif
         }
 #if PA_TILE_ASYNC
         pa_tile_wait_all(dk);

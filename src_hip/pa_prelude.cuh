@@ -155,6 +155,19 @@ PA_DEVICE void pa_atomic_add2(float* p, float a, float b) {
 #endif
 }
 
+// p[0..3] += v, atomically per element (p aligned to 16 bytes); one vector reduction on NVIDIA sm_90 and later.
+PA_DEVICE void pa_atomic_add4(float* p, float4 v) {
+#if defined(PA_VENDOR_CUDA) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
+#else
+    atomicAdd(p, v.x);
+    atomicAdd(p + 1, v.y);
+    atomicAdd(p + 2, v.z);
+    atomicAdd(p + 3, v.w);
+#endif
+}
+
 // ---- overlapping launches ------------------------------------------------------------------------------------
 // A kernel the host launches to overlap the end of the previous kernel on its stream (programmatic dependent
 // launch: NVIDIA sm_90 and later) may start before that kernel ends. pa_wait_prior_grid() returns once the previous

@@ -200,7 +200,7 @@ class BwdSpec(KernelSpec):
     def smem_bytes(self) -> int:
         """mma dkdv: K and V tiles, ``stages`` buffers of Q and dO tiles (rows padded by 16 bytes), the dS tile
         [block_m][block_n + 16 bytes] and ``stages`` buffers of the LSE and delta rows (warpgroup MMA: unpadded
-        swizzled rows, plus slack to align the tiles to 1024 bytes); mma dq: Q, dO, K and V tiles
+        swizzled rows, a float32 dQ tile [block_m][head_dim + 4] and slack to align the tiles to 1024 bytes); mma dq: Q, dO, K and V tiles
         and the rows; simt: the four float32 tiles (rows padded by 4 floats), the P and dS tiles (rows padded by one
         float) and the rows. prep: none."""
         t = self.tile
@@ -213,7 +213,8 @@ class BwdSpec(KernelSpec):
         size = 4 if self.dtype == "float32" else 2
         if t.warpgroup_mma:
             tiles = (2 * t.block_n + 2 * t.stages * t.block_m) * self.head_dim + t.block_m * t.block_n
-            return size * tiles + 8 * t.stages * t.block_m + 1024 - 16
+            dq_tile = 4 * t.block_m * (self.head_dim + 4)
+            return size * tiles + 8 * t.stages * t.block_m + dq_tile + 1024 - 16
         row = self.head_dim + 16 // size
         if self.stage == "dkdv":
             tiles = 2 * t.block_n * row + 2 * t.stages * t.block_m * row + t.block_m * (t.block_n + 16 // size)
