@@ -62,6 +62,19 @@ constexpr int SMEM = (int)sizeof(pa_elem) * (2 * pa_tile_elems<BN>() + 2 * STAGE
 static_assert(PA_SMEM_BYTES == SMEM,
               "the host's shared-memory size (PA_SMEM_BYTES) does not match this kernel's tiles");
 
+#if PA_MMA_WGMMA
+// dS^T (this wave's 16 key rows, the tile's query columns, as A fragments) into the [query][key] tile ds_s: one
+// transposing store per 16 x 16 block; matrix j of a fragment holds keys 8 (j % 2) .. and queries 8 (j / 2) ...
+PA_DEVICE void store_ds_transposed(const pa_mma_a (&ds)[MT][BM / PA_MMA_K], pa_elem* ds_s) {
+    const int lane = pa_lane_id();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < BM / PA_MMA_K; ++kk)
+            pa_stmatrix_x4_trans(ds[mt][kk], ds_s + ds_offset(kk * PA_MMA_K + lane / 16 * 8 + lane % 8,
+                                                              pa_wave_row<MT>(mt) + lane / 8 % 2 * 8));
+}
+#else
 // dS^T (this wave's key rows, the tile's query columns) into the [query][key] tile ds_s.
 PA_DEVICE void store_ds_transposed(const pa_mma_c (&ds)[MT][SM], pa_elem* ds_s) {
 #pragma unroll
@@ -76,6 +89,7 @@ PA_DEVICE void store_ds_transposed(const pa_mma_c (&ds)[MT][SM], pa_elem* ds_s) 
                         ds_s + ds_offset(j * PA_MMA_N + pa_mma_c_col(e), pa_wave_row<MT>(mt) + pa_mma_c_row(r)),
                         ds[mt][j][r * PA_MMA_C_COLS + e]);
 }
+#endif
 
 #if PA_MMA_WGMMA
 // dq_accum rows m0.. += dS K. Warpgroup g computes the head-dim columns g DQ_N .. (each of its warps 16 of the 64
@@ -249,9 +263,11 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
         pa_tile_pv<MT, OC, BM, SM>(dk, ds, q_t + c0);
 #endif
         if (p.dq_atomic) {
-            store_ds_transposed(ds, ds_s);
 #if PA_MMA_WGMMA
+            store_ds_transposed(ds_a, ds_s);
             pa_wgmma_smem_fence();
+#else
+            store_ds_transposed(ds, ds_s);
 #endif
             __syncthreads();
 #if PA_MMA_WGMMA
