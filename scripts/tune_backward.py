@@ -17,18 +17,14 @@ from portattn.tools.bench import time_ms
 
 CANDIDATES = {
     ("bfloat16", 128): [
+        T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
         T(block_m=32, block_n=128, threads=256, stages=2),
-        T(block_m=64, block_n=128, threads=256, stages=2),
-        T(block_m=64, block_n=64, threads=128, stages=2),
-        T(block_m=16, block_n=128, threads=256, stages=2),
-        T(block_m=32, block_n=64, threads=128, stages=2, min_blocks=2),
     ],
     ("bfloat16", 64): [
+        T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
+        T(block_m=64, block_n=64, threads=128, stages=2, warpgroup_mma=True, min_blocks=2),
+        T(block_m=64, block_n=64, threads=128, stages=1, warpgroup_mma=True, min_blocks=2),
         T(block_m=64, block_n=128, threads=256, stages=2),
-        T(block_m=64, block_n=128, threads=128, stages=2),
-        T(block_m=32, block_n=128, threads=128, stages=2),
-        T(block_m=64, block_n=64, threads=128, stages=2),
-        T(block_m=32, block_n=256, threads=256, stages=2),
     ],
 }
 SHAPES = [(4, 16, 8192, False), (16, 16, 2048, True)]
