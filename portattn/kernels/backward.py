@@ -200,9 +200,9 @@ class BwdSpec(KernelSpec):
     def smem_bytes(self) -> int:
         """mma dkdv: K and V tiles, ``stages`` buffers of Q and dO tiles (rows padded by 16 bytes), the dS tile
         [block_m][block_n + 16 bytes] and ``stages`` buffers of the LSE and delta rows (warpgroup MMA: unpadded
-        swizzled rows, a float32 dQ tile [block_m][head_dim + 4] and slack to align the tiles to 1024 bytes); mma dq: Q, dO, K and V tiles
-        and the rows; simt: the four float32 tiles (rows padded by 4 floats), the P and dS tiles (rows padded by one
-        float) and the rows. prep: none."""
+        swizzled rows, a float32 dQ tile [block_m][head_dim + 4] and slack to align the tiles to 1024 bytes); mma
+        dq: Q, dO, K and V tiles and the rows; simt: the four float32 tiles (rows padded by 4 floats), the P and dS
+        tiles (rows padded by one float) and the rows. prep: none."""
         t = self.tile
         if self.stage == "prep":
             return 0
