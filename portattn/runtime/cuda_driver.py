@@ -84,8 +84,8 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
 
 
-# CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 1: the kernel may start before the previous kernel on the
-# stream ends (it waits for it with griddepcontrol.wait).
+# CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (attribute id 6) set to 1: the kernel may start before the
+# previous kernel on the stream ends (it waits for it with griddepcontrol.wait).
 _OVERLAP = _LaunchAttribute(6, 0, 1)
 _OVERLAP_PTR = ctypes.pointer(_OVERLAP)
 _CONFIGS_KEPT = 1024  # overlapping launch configurations kept per function
