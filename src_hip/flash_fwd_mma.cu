@@ -60,7 +60,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     pa_elem* v_s = k_s + PA_TILE_STAGES * KV;  // PA_TILE_STAGES tiles of BN rows
 
     const pa_i64 works = (pa_i64)p.num_m_blocks * p.batch * p.heads_q;
-    const PaTileLoader<BN> kv_loader;
+    const PaTileLoader<BN, true> kv_loader;
     // The key tiles [first, first + count) that some row of the item sees.
     auto key_tiles = [&](const PaBlock& item, const PaSeq& seq, int& first) {
         first = pa_mask_rows_key_begin(seq.mask, item.row0) / BN;

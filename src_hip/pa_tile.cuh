@@ -42,7 +42,7 @@ PA_DEVICE void pa_tile_to_a(pa_mma_a (&a)[MT][KT], const pa_mma_c (&p)[MT][SN]) 
 }
 
 #if PA_MMA_WGMMA
-static_assert(PA_HEAD_DIM % 64 == 0, "the warpgroup MMA tiles need a head dim that is a multiple of 64");
+static_assert(PA_HEAD_DIM % 16 == 0, "the warpgroup MMA tiles need a head dim that is a multiple of 16");
 #if defined(PA_THREADS)
 static_assert(PA_THREADS % 128 == 0, "the warpgroup MMA needs whole warpgroups (128 threads)");
 static_assert(PA_KEY_WAVES == 1, "the warpgroup MMA tiles split rows, not keys, between waves");
@@ -54,9 +54,11 @@ PA_DEVICE pa_elem* pa_tile_base(void* smem) {
     const unsigned pad = (1024 - pa_smem_addr(smem) % 1024) % 1024;
     return reinterpret_cast<pa_elem*>(static_cast<char*>(smem) + pad);
 }
+// Rows are stored as blocks of 64 columns; a head dim that is not a multiple of 64 (96) leaves the last block's
+// columns past it unused.
 template <int ROWS>
 __host__ __device__ constexpr int pa_tile_elems() {
-    return ROWS * PA_HEAD_DIM;
+    return ROWS * ((PA_HEAD_DIM + 63) / 64 * 64);
 }
 template <int ROWS>
 PA_DEVICE int pa_tile_offset(int r, int c) {
@@ -89,15 +91,20 @@ PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const
     }
     pa_wgmma_commit();
 }
+// P V in products of at most 128 output columns (the accumulators of columns c.. start at fragment c / PA_MMA_N).
 template <int MT, int ON, int BN>
 PA_DEVICE void pa_tile_pv_start(pa_mma_c (&acc)[MT][ON], const pa_mma_a (&a)[MT][BN / PA_MMA_K], const pa_elem* v_s) {
+    constexpr int PV_N = PA_HEAD_DIM < 128 ? PA_HEAD_DIM : 128;
+    static_assert(PA_HEAD_DIM % PV_N == 0, "unsupported warpgroup MMA head dim");
     pa_wgmma_fence();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int kk = 0; kk < BN / PA_MMA_K; ++kk)
-            pa_wgmma_rs<PA_HEAD_DIM>(&acc[mt][0][0], a[mt][kk],
-                                     pa_wgmma_desc(pa_tile_operand<BN>(v_s, kk * PA_MMA_K, 0), BN * 128));
+#pragma unroll
+            for (int c0 = 0; c0 < PA_HEAD_DIM; c0 += PV_N)
+                pa_wgmma_rs<PV_N>(&acc[mt][c0 / PA_MMA_N][0], a[mt][kk],
+                                  pa_wgmma_desc(pa_tile_operand<BN>(v_s, kk * PA_MMA_K, c0), BN * 128));
     pa_wgmma_commit();
 }
 // Wait for the scores: Q K^T started before the last PENDING products (which may go on).
@@ -239,13 +246,16 @@ PA_DEVICE void pa_tile_store_row(pa_elem* row, const pa_mma_c (&c)[ON], int rr, 
 
 // Copies of ROWS x PA_HEAD_DIM tiles into shared memory, 16 bytes per copy, spread over the block's PA_THREADS threads.
 // With few copies per thread their offsets are computed once and kept (each tile then costs a few instructions per
-// copy); with many they are recomputed, which saves the registers.
-template <int ROWS>
+// copy); with many they are recomputed, which saves the registers. A STREAMED loader (one that loads a tile per
+// step of a kernel's loop) whose threads each copy one column of every few rows unrolls the copies with the
+// offsets a constant step apart instead, so that a tile costs a few instructions per copy there too.
+template <int ROWS, bool STREAMED = false>
 struct PaTileLoader {
     static constexpr int CHUNKS = PA_HEAD_DIM / PA_TILE_CHUNK;  // 16-byte chunks per row
     static constexpr int TOTAL = ROWS * CHUNKS;
     static constexpr int COPIES = (TOTAL + PA_THREADS - 1) / PA_THREADS;  // per thread (the last round may be partial)
     static constexpr bool KEEP = COPIES <= 4;
+    static constexpr bool FIXED_COLUMN = STREAMED && !KEEP && PA_THREADS % CHUNKS == 0;
     static constexpr int KEPT = KEEP ? COPIES : 1;
     int smem[KEPT], row[KEPT], col[KEPT];
 
@@ -268,6 +278,15 @@ struct PaTileLoader {
                 if (TOTAL % PA_THREADS != 0 && i == COPIES - 1 && (int)threadIdx.x >= TOTAL - i * PA_THREADS) break;
                 const bool ok = row[i] < valid;
                 pa_async_copy16(tile + smem[i], ok ? row_of(row[i]) + col[i] : nullptr, ok);
+            }
+        } else if constexpr (FIXED_COLUMN) {
+            const int r0 = (int)threadIdx.x / CHUNKS, c = (int)threadIdx.x % CHUNKS * PA_TILE_CHUNK;
+#pragma unroll 1  // unrolled, the copies hold more registers and are no faster
+            for (int i = 0; i < COPIES; ++i) {
+                const int r = r0 + i * (PA_THREADS / CHUNKS);
+                if (TOTAL % PA_THREADS != 0 && r >= ROWS) break;
+                const bool ok = r < valid;
+                pa_async_copy16(tile + pa_tile_offset<ROWS>(r, c), ok ? row_of(r) + c : nullptr, ok);
             }
         } else {
             for (int idx = threadIdx.x; idx < TOTAL; idx += PA_THREADS) {

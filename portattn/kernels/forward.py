@@ -51,13 +51,16 @@ _NV_MMA = rows(HALF, {
     128: T(block_m=64, block_n=64, threads=128),
 })
 _NV_MMA_SMALL_SMEM = _NV_MMA | rows(HALF, {256: T(block_m=64, block_n=32, threads=128)})
-# Hopper: warpgroup MMA for the 16-bit head dims that are multiples of 64 and whose accumulators fit (d <= 128),
-# 64 query rows per warpgroup. d = 64: two warpgroups per block and two blocks per SM (within 128 registers), so
-# one block's start (Q load, first scores) overlaps the other's work; d = 128 needs more registers than that and
-# runs three warpgroups, one block per SM.
+# Hopper: warpgroup MMA for every 16-bit head dim of 64 and more, 64 query rows per warpgroup. d = 64: two
+# warpgroups per block and two blocks per SM (within 128 registers), so one block's start (Q load, first scores)
+# overlaps the other's work; d = 96 (shared rows padded to 128 columns) and d = 128 need more registers than that
+# and run three warpgroups, one block per SM (d = 96 at two blocks per SM spills); d = 256 (128 accumulators per
+# thread) runs two warpgroups within 255 registers, one block per SM.
 _NV_MMA_HOPPER = _NV_MMA | rows(HALF, {
     64: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True, min_blocks=2),
+    96: T(block_m=192, block_n=64, threads=384, warpgroup_mma=True),
     128: T(block_m=192, block_n=64, threads=384, warpgroup_mma=True),
+    256: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True),
 })
 # 64 KiB of LDS per CU; two waves per SIMD means eight resident waves per CU. Every wave keeps its 16 query rows
 # in LDS (rows of d + 16 bytes' worth of elements), so where 8 x 16 such rows exceed 64 KiB (16-bit d = 256 and
@@ -122,11 +125,14 @@ TABLES: dict[str, dict[str, Rows]] = {"mma": MMA_TILES, "simt": SIMT_TILES}
 
 # Short sequences (at most SHORT_SEQLEN query rows): matrix-unit rows that differ from MMA_TILES. With few key tiles
 # per block, a block's start is a larger share of its time and a tall tile's padding rows cost more. Hopper
-# d = 128: two warpgroups (128 rows) instead of three (192), and persistent blocks, which load the next item's Q
-# while finishing the current one.
+# d = 96 and 128: two warpgroups (128 rows) instead of three (192); at d = 128 also persistent blocks, which load
+# the next item's Q while finishing the current one.
 SHORT_SEQLEN = 1024
 MMA_TILES_SHORT: dict[str, Rows] = {
-    "sm90": rows(HALF, {128: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True, persistent=True)}),
+    "sm90": rows(HALF, {
+        96: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True),
+        128: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True, persistent=True),
+    }),
 }
 
 # Extended masks (PA_MASK_EXT: variable lengths, windows, softcap, ALiBi, mask tensors): matrix-unit rows that
@@ -141,8 +147,9 @@ _NV_MMA_EXT = rows(HALF, {
 MMA_TILES_EXT: dict[str, Rows] = {
     "sm80": _NV_MMA_EXT,
     "sm86": _NV_MMA_EXT,
-    "sm90": _NV_MMA_EXT | rows(HALF, {
+    "sm90": _NV_MMA_EXT | rows(HALF, {  # d = 256 on the warpgroup MMA spills here: mma.sync
         64: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True),
+        96: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True),
         128: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True),
     }),
 }
@@ -171,15 +178,15 @@ class FwdSpec(KernelSpec):
     @property
     def smem_bytes(self) -> int:
         """simt: Q tile, one K/V tile (padded rows) and the probability tile, float32. mma: Q tile, K tile and V tile
-        of the input type, rows padded by 16 bytes (warpgroup MMA: two K and two V tiles of unpadded swizzled rows,
-        plus slack to align the tiles to 1024 bytes)."""
+        of the input type, rows padded by 16 bytes (warpgroup MMA: two K and two V tiles of swizzled rows of whole
+        64-column blocks, plus slack to align the tiles to 1024 bytes)."""
         t = self.tile
         if self.kernel == "simt":
             ld = self.head_dim + 4
             return 4 * (t.block_m * ld + t.block_n * ld + t.block_m * (t.block_n + 4))
         size = 4 if self.dtype == "float32" else 2
-        if t.warpgroup_mma:
-            return size * (t.block_m + 4 * t.block_n) * self.head_dim + 1024 - 16
+        if t.warpgroup_mma:  # rows of whole 64-column blocks
+            return size * (t.block_m + 4 * t.block_n) * -(-self.head_dim // 64) * 64 + 1024 - 16
         return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)
 
     def grid_blocks(self, work_items: int, multiprocessors: int) -> int:

@@ -44,11 +44,12 @@ def test_every_variant_compiles_without_spills(arch, cache):
 
 
 def test_hopper_variants_use_warpgroup_mma(cache):
-    """float16 / bfloat16 at d = 64 and 128 run the warpgroup MMA on sm_90: built for sm_90a, and ptxas keeps the
-    asynchronous matrix instructions in flight (it reports where it has to serialize them)."""
+    """float16 / bfloat16 at d = 64, 96, 128 and 256 run the warpgroup MMA on sm_90: built for sm_90a, and ptxas
+    keeps the asynchronous matrix instructions in flight (it reports where it has to serialize them)."""
     target = Target.for_arch("sm_90")
     specs = [s for s in shipped_variants(target) if s.tile.warpgroup_mma]
-    assert {(s.dtype, s.head_dim) for s in specs} == {(dt, d) for dt in ("float16", "bfloat16") for d in (64, 128)}
+    expected = {(dt, d) for dt in ("float16", "bfloat16") for d in (64, 96, 128, 256)}
+    assert {(s.dtype, s.head_dim) for s in specs} == expected
     for spec in specs:
         assert spec.defines["PA_MMA_WGMMA"] == 1 and spec.tile.threads % 128 == 0
         kernel = compile_kernel(spec, target, cache)
