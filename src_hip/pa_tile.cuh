@@ -17,7 +17,7 @@
 // are asynchronous instead: pa_tile_qk_start, pa_tile_pv_start (P as A fragments, from pa_tile_to_a) and the
 // waits pa_tile_wait_scores<PENDING> / pa_tile_wait_all. PA_TILE_STAGES is the number of K and V buffers, and
 // pa_tile_base gives the first tile in dynamic shared memory; pa_tile_store_row writes one output row.
-// PaTileLoader<ROWS> copies ROWS x PA_HEAD_DIM tiles from global memory into that layout.
+// PaTileLoader<ROWS, STREAMED> copies ROWS x PA_HEAD_DIM tiles from global memory into that layout.
 #pragma once
 
 #include "pa_mma.cuh"

@@ -102,6 +102,8 @@ _NV_SIMT = rows(("float32",), {
     256: T(block_m=64, block_n=64, threads=256),
 })
 _NV_SIMT_SMALL_SMEM = _NV_SIMT | rows(("float32",), {256: T(block_m=32, block_n=32, threads=128)})
+# sm_90, d = 128: NVRTC 13.0 spills 16 bytes of the 64x64 tile.
+_NV_SIMT_HOPPER = _NV_SIMT | rows(("float32",), {128: T(block_m=64, block_n=32, threads=256)})
 _AMD_SIMT = rows(("float32",), {
     32: T(block_m=64, block_n=32, threads=512),
     64: T(block_m=64, block_n=32, threads=512),
@@ -113,7 +115,7 @@ _AMD_SIMT = rows(("float32",), {
 SIMT_TILES: dict[str, Rows] = {
     "sm80": _NV_SIMT,
     "sm86": _NV_SIMT_SMALL_SMEM,
-    "sm90": _NV_SIMT,
+    "sm90": _NV_SIMT_HOPPER,
     "cdna1": _AMD_SIMT,
     "cdna2": _AMD_SIMT,
     "cdna3": _AMD_SIMT,
@@ -143,7 +145,7 @@ _NV_MMA_EXT = rows(HALF, {
     96: T(block_m=64, block_n=64, threads=128),
     128: T(block_m=64, block_n=64, threads=128),
     256: T(block_m=64, block_n=32, threads=128),
-})
+}) | rows(("float32",), {64: T(block_m=64, block_n=64, threads=128)})  # 128x32 spills 16-28 bytes (NVRTC 13.0)
 MMA_TILES_EXT: dict[str, Rows] = {
     "sm80": _NV_MMA_EXT,
     "sm86": _NV_MMA_EXT,
