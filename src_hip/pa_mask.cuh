@@ -79,9 +79,16 @@ struct PaScoreMod {
     int rows;           // query rows of the sequence (mask rows past it are not read)
 };
 
+// tanh(y) to float32 accuracy in absolute terms (within a few 1e-8): the softcapped logit is softcap tanh(y), and
+// its absolute error is what the softmax sees. (tanhf itself becomes a coarse approximation with fast math.)
+PA_DEVICE float pa_tanh(float y) {
+    const float e = pa_exp2(-2.f * PA_LOG2E * fabsf(y));
+    return copysignf((1.f - e) / (1.f + e), y);
+}
+
 PA_DEVICE float pa_logit2(const PaScoreMod& mod, int row, int key, float x, float) {
     float t = x * mod.scale;
-    if (mod.softcap > 0.f) t = mod.softcap * tanhf(t / mod.softcap);
+    if (mod.softcap > 0.f) t = mod.softcap * pa_tanh(t / mod.softcap);
     t -= mod.alibi_slope * fabsf((float)(row + mod.offset - key));
     if (mod.mask != nullptr && row < mod.rows) {
         const pa_i64 at = (pa_i64)row * mod.mask_sn + key;
@@ -104,7 +111,7 @@ PA_DEVICE float pa_logit2(const PaScoreMod& mod, int row, int key, float x, floa
 }
 PA_DEVICE float pa_dlogit(const PaScoreMod& mod, float x, float) {
     if (mod.softcap <= 0.f) return mod.scale;
-    const float th = tanhf(x * mod.scale / mod.softcap);
+    const float th = pa_tanh(x * mod.scale / mod.softcap);
     return mod.scale * (1.f - th * th);
 }
 

@@ -58,7 +58,9 @@ _NV = rows(HALF, {d: T(block_m=16, block_n=32, threads=32, stages=3) for d in (3
     HALF, {256: T(block_m=16, block_n=16, threads=32, stages=3)}) | rows(
     F32, {d: T(block_m=16, block_n=16, threads=32, stages=3) for d in (32, 64, 96, 128)}) | rows(
     F32, {256: T(block_m=16, block_n=16, threads=32, stages=2)})
-_NV_WIDE = {key: replace(tile, block_m=64, threads=128, key_waves=1) for key, tile in _NV.items()}
+# float32 d = 256 keeps 16-row tiles (64 rows spill with the extended masks under NVRTC 13.0).
+_NV_WIDE = {key: replace(tile, block_m=64, threads=128, key_waves=1) for key, tile in _NV.items()
+            if key != ("float32", 256)}
 # 64 KiB of LDS per CU, synchronous copies on HIP (one buffer): 4-wave workgroups of 64 packed rows with 16-key
 # tiles keep two workgroups (two waves per SIMD) on a CU where their tiles fit twice (16-bit d <= 128, float32
 # d <= 64), and there the registers are held to that too (min_blocks, which also keeps CDNA1's 256 VGPRs within
