@@ -246,8 +246,9 @@ PA_DEVICE void pa_tile_store_row(pa_elem* row, const pa_mma_c (&c)[ON], int rr, 
 // Copies of ROWS x PA_HEAD_DIM tiles into shared memory, 16 bytes per copy, spread over the block's PA_THREADS threads.
 // With few copies per thread their offsets are computed once and kept (each tile then costs a few instructions per
 // copy); with many they are recomputed, which saves the registers. A STREAMED loader (one that loads a tile per
-// step of a kernel's loop) whose threads each copy one column of every few rows steps their offsets by a constant
-// instead of recomputing them, so that a tile costs a few instructions per copy there too.
+// step of a kernel's loop) whose threads each copy one column of every PA_THREADS / CHUNKS-th row derives each
+// copy's offsets from its row alone, without the division and remainder, so that a tile costs a few instructions
+// per copy there too.
 template <int ROWS, bool STREAMED = false>
 struct PaTileLoader {
     static constexpr int CHUNKS = PA_HEAD_DIM / PA_TILE_CHUNK;  // 16-byte chunks per row
