@@ -10,7 +10,8 @@
 #include "pa_mask.cuh"
 
 struct PaFwdParams {
-    const void* q;  // unit stride along D (all tensors)
+    PaTensorMap map_q, map_k, map_v;  // q, k, v for bulk copies (the Hopper warp-specialized kernel; else unused)
+    const void* q;                    // unit stride along D (all tensors)
     const void* k;
     const void* v;
     void* o;

@@ -23,6 +23,11 @@
 #define PA_DEVICE __device__ __forceinline__
 
 typedef long long pa_i64;
+// A bulk-copy tensor map (the driver's 128-byte CUtensorMap), encoded on the host; parameter structs carry it on
+// both vendors, and only the Hopper warp-specialized kernels read it (pa_prelude_tma.cuh).
+struct alignas(64) PaTensorMap {
+    unsigned long long words[16];
+};
 
 // ---- lanes and waves -------------------------------------------------------------------------------------
 

@@ -78,14 +78,14 @@ PA_DEVICE int pa_wave_row(int mt) {
 // start and its wait, and the A fragments of P V must stay unchanged until it completes. Q K^T overwrites s.
 template <int MT, int SN, int BM, int BN>
 PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
-    static_assert(BN == 64 && SN * PA_MMA_N == BN, "the warpgroup MMA score tiles are 64 columns wide");
+    static_assert((BN == 64 || BN == 128) && SN * PA_MMA_N == BN, "warpgroup MMA score tiles are 64 or 128 wide");
     pa_wgmma_fence();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         const int row = pa_wave_row<MT>(mt) - (pa_wave_id() % 4) * PA_MMA_M;  // the group's 64-row tile
 #pragma unroll
         for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += 16)
-            pa_wgmma_ss_n64(&s[mt][0][0], pa_wgmma_desc(pa_tile_operand<BM>(q_s, row, k0), 16),
+            pa_wgmma_ss<BN>(&s[mt][0][0], pa_wgmma_desc(pa_tile_operand<BM>(q_s, row, k0), 16),
                             pa_wgmma_desc(pa_tile_operand<BN>(k_s, 0, k0), 16), k0 > 0);
     }
     pa_wgmma_commit();

@@ -10,11 +10,13 @@ where there is one; a shape with no row in either table is not supported, and th
 """
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import torch
 
 from ..runtime import loader
+from ..runtime.backend import backend_for
 from ..runtime.params import struct_from_header
 from ..runtime.target import Target
 from .masking import CAUSAL, PLAIN, Masking, call_fields, set_mask_fields
@@ -123,7 +125,6 @@ SIMT_TILES: dict[str, Rows] = {
     "rdna3": _AMD_SIMT,
     "rdna4": _AMD_SIMT,
 }
-TABLES: dict[str, dict[str, Rows]] = {"mma": MMA_TILES, "simt": SIMT_TILES}
 
 # Short sequences (at most SHORT_SEQLEN query rows): matrix-unit rows that differ from MMA_TILES. With few key tiles
 # per block, a block's start is a larger share of its time and a tall tile's padding rows cost more. Hopper
@@ -156,6 +157,21 @@ MMA_TILES_EXT: dict[str, Rows] = {
     }),
 }
 
+# Hopper, warp-specialized kernel (flash_fwd_ws.cu): one copying warpgroup feeds two computing warpgroups (64 query
+# rows each) through bulk tensor copies into `stages` K and V buffers. A row here takes the plain and causal calls
+# from the matrix-unit kernel at every sequence length. d = 96 and 128: 128-key tiles in three stages (two stages
+# run 25-35% slower); d = 256: 64-key tiles in two stages (three do not fit). d = 64 stays on the matrix-unit kernel,
+# which runs two blocks per SM and is faster there.
+WS_TILES: dict[str, Rows] = {
+    "sm90": rows(HALF, {
+        96: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3),
+        128: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3),
+        256: T(block_m=128, block_n=64, threads=384, warpgroup_mma=True, stages=2),
+    }),
+}
+
+TABLES: dict[str, dict[str, Rows]] = {"mma": MMA_TILES, "simt": SIMT_TILES, "ws": WS_TILES}
+
 FwdParams = struct_from_header("pa_fwd_params.cuh", "PaFwdParams")
 
 
@@ -166,12 +182,18 @@ class FwdSpec(KernelSpec):
     KERNELS = {
         "mma": ("flash_fwd_mma.cu", "pa_flash_fwd_mma"),
         "simt": ("flash_fwd_simt.cu", "pa_flash_fwd_simt"),
+        "ws": ("flash_fwd_ws.cu", "pa_flash_fwd_ws"),
     }
 
     def family_defines(self) -> dict[str, int]:
         t = self.tile
         if self.kernel == "simt":
             return {"PA_ROW_LANES": t.row_lanes}
+        if self.kernel == "ws":
+            if t.persistent or t.min_blocks != 1 or not t.warpgroup_mma:
+                raise ValueError(f"{self.label}: the warp-specialized kernel runs one block per work item and SM, "
+                                 "on the warpgroup MMA")
+            return {"PA_MMA_WGMMA": 1, "PA_TMA_STAGES": t.stages}
         defines = {"PA_MIN_BLOCKS": t.min_blocks, "PA_PERSISTENT": int(t.persistent)}
         if t.warpgroup_mma:
             defines["PA_MMA_WGMMA"] = 1
@@ -187,6 +209,9 @@ class FwdSpec(KernelSpec):
             ld = self.head_dim + 4
             return 4 * (t.block_m * ld + t.block_n * ld + t.block_m * (t.block_n + 4))
         size = 4 if self.dtype == "float32" else 2
+        if self.kernel == "ws":  # plus the barriers: Q, and full K, full V and empty per stage
+            return size * (t.block_m + 2 * t.stages * t.block_n) * -(-self.head_dim // 64) * 64 + \
+                8 * (1 + 3 * t.stages) + 1024 - 16
         if t.warpgroup_mma:  # rows of whole 64-column blocks
             return size * (t.block_m + 4 * t.block_n) * -(-self.head_dim // 64) * 64 + 1024 - 16
         return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)
@@ -213,8 +238,12 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     if kernel is not None and kernel not in FwdSpec.KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(FwdSpec.KERNELS)} or None, got {kernel!r}")
     key = (dtype, head_dim)
+    if kernel is None and not mask_ext and key in WS_TILES.get(fam, {}):
+        kernel = "ws"
     chosen = kernel or next((k for k in ("mma", "simt") if key in TABLES[k][fam]), None)
-    if chosen is None or key not in TABLES[chosen][fam]:
+    if chosen == "ws" and mask_ext:
+        raise NotImplementedError("the warp-specialized forward takes no mask or the causal one")
+    if chosen is None or key not in TABLES[chosen].get(fam, {}):
         which = f"{kernel} kernel" if kernel else "kernel"
         raise NotImplementedError(f"{dtype} attention has no {which} for {target.tuning_arch} at head dim "
                                   f"{head_dim} yet")
@@ -241,6 +270,7 @@ def shipped_variants(target: Target) -> list[FwdSpec]:
     keys = [(dt, d) for dt in DTYPES for d in HEAD_DIMS]
     pairs = [(k, dt, d) for k in ("mma", "simt") for dt, d in keys if (dt, d) in TABLES[k][fam]]
     specs = [select(target, dt, d, k) for k, dt, d in pairs]
+    specs += [select(target, dt, d, "ws") for dt, d in keys if (dt, d) in WS_TILES.get(fam, {})]
     short = [select(target, dt, d, "mma", SHORT_SEQLEN) for dt, d in keys if (dt, d) in MMA_TILES_SHORT.get(fam, {})]
     ext = [select(target, dt, d, k, mask_ext=True) for k, dt, d in pairs]
     return specs + [s for s in short if s not in specs] + ext
@@ -288,6 +318,18 @@ def start(launch: loader.Launch, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
            **fields)
 
 
+def _tensor_maps(spec: FwdSpec, p: FwdParams, tensors: dict[str, torch.Tensor], target: Target) -> None:
+    """Encode q, k and v as the warp-specialized kernel's bulk-copy maps into ``p``: dims (head_dim, rows, heads,
+    batch), boxes of 64 columns by the tile's rows."""
+    driver = backend_for(target.vendor).driver
+    for name, box_rows in (("q", spec.tile.block_m), ("k", spec.tile.block_n), ("v", spec.tile.block_n)):
+        t = tensors[name]
+        size = t.element_size()
+        strides = tuple(16 if t.shape[i] == 1 else t.stride(i) * size for i in (2, 1, 0))
+        code = driver.encode_tensor_map(spec.dtype, t.data_ptr(), tuple(t.shape[::-1]), strides, (64, box_rows, 1, 1))
+        ctypes.memmove(ctypes.addressof(p) + getattr(FwdParams, f"map_{name}").offset, code, len(code))
+
+
 def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
           masking: Masking, target: Target, tweak) -> loader.Launch:
     batch, seqlen_q, seqlen_k = masking.lengths(q, k)
@@ -310,5 +352,9 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
     if lse is not None:
         p.lse_sb, p.lse_sh = (0, lse.stride(0)) if masking.varlen else (lse.stride(0), lse.stride(1))
     set_mask_fields(p, masking)
+    maps: tuple[tuple[str, str], ...] = ()
+    if spec.kernel == "ws":
+        _tensor_maps(spec, p, {"q": q, "k": k, "v": v}, target)
+        maps = (("map_q", "q"), ("map_k", "k"), ("map_v", "v"))
     return loader.Launch(target, fn, spec.grid_blocks(items, target.multiprocessors), spec.tile.threads,
-                         spec.smem_bytes, p)
+                         spec.smem_bytes, p, tensor_maps=maps)

@@ -108,6 +108,55 @@ def _launch_entry_points() -> ctypes.CDLL:
     return _launch_lib
 
 
+_MAP_BYTES = 128
+_MAP_ALIGN = 128  # the driver's CUtensorMap alignment
+_U64, _U32 = ctypes.c_uint64, ctypes.c_uint32
+# CUtensorMapDataType of the element types; swizzle 128B, L2 promotion 256B, out-of-bounds reads give zeros.
+_MAP_DTYPES = {"float16": 6, "bfloat16": 9}
+_SWIZZLE_128B, _L2_PROMOTION_256B, _NO_INTERLEAVE, _OOB_ZEROS = 3, 3, 0, 0
+_map_lib: ctypes.CDLL | None = None
+
+
+def _map_entry_points() -> ctypes.CDLL:
+    global _map_lib
+    if _map_lib is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        ptr, uint, ints = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
+        lib.cuTensorMapEncodeTiled.argtypes = [ptr, ints, uint, ptr, ctypes.POINTER(_U64), ctypes.POINTER(_U64),
+                                               ctypes.POINTER(_U32), ctypes.POINTER(_U32), ints, ints, ints, ints]
+        lib.cuTensorMapReplaceAddress.argtypes = [ptr, ptr]
+        lib.cuTensorMapEncodeTiled.restype = lib.cuTensorMapReplaceAddress.restype = ctypes.c_int
+        _map_lib = lib
+    return _map_lib
+
+
+def aligned_struct(struct_type: type[ctypes.Structure]) -> ctypes.Structure:
+    """A zeroed ``struct_type`` at an address aligned for tensor maps (ctypes aligns to 16 bytes at most)."""
+    buf = (ctypes.c_uint8 * (ctypes.sizeof(struct_type) + _MAP_ALIGN))()
+    return struct_type.from_buffer(buf, -ctypes.addressof(buf) % _MAP_ALIGN)
+
+
+def encode_tensor_map(dtype: str, address: int, dims: tuple[int, ...], strides_bytes: tuple[int, ...],
+                      box: tuple[int, ...]) -> bytes:
+    """A tiled tensor map (CUtensorMap's 128 bytes) of a ``dtype`` tensor at ``address``: ``dims`` from the
+    innermost (unit stride) out, ``strides_bytes`` of the outer dims, copies of ``box`` elements per dim into
+    128-byte swizzled shared memory; reads past the dims give zeros."""
+    rank = len(dims)
+    scratch = (ctypes.c_uint8 * (_MAP_BYTES + _MAP_ALIGN))()
+    at = ctypes.addressof(scratch) + (-ctypes.addressof(scratch) % _MAP_ALIGN)
+    code = _map_entry_points().cuTensorMapEncodeTiled(
+        at, _MAP_DTYPES[dtype], rank, address, (_U64 * rank)(*dims), (_U64 * (rank - 1))(*strides_bytes),
+        (_U32 * rank)(*box), (_U32 * rank)(*([1] * rank)), _NO_INTERLEAVE, _SWIZZLE_128B, _L2_PROMOTION_256B,
+        _OOB_ZEROS)
+    _check_code(code, f"cuTensorMapEncodeTiled(dims={dims}, strides={strides_bytes}, box={box})")
+    return ctypes.string_at(at, _MAP_BYTES)
+
+
+def set_tensor_map_address(map_address: int, address: int) -> None:
+    """Point the tensor map at ``map_address`` (aligned, see aligned_struct) to a tensor at ``address``."""
+    _check_code(_map_entry_points().cuTensorMapReplaceAddress(map_address, address), "cuTensorMapReplaceAddress")
+
+
 def _overlap_config(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
                     stream_handle: int) -> _LaunchConfig:
     """The launch configuration of an overlapping launch, made once per (grid, block, shared memory, stream) of

@@ -65,9 +65,18 @@ class Launch:
     smem_bytes: int
     params: ctypes.Structure
     overlap: bool = False  # launched to overlap the previous kernel's end (the kernel waits for it)
+    tensor_maps: tuple[tuple[str, str], ...] = ()  # (map field, pointer field): maps re-pointed on every call
 
     def __call__(self, stream_handle: int, **fields: Any) -> None:
-        params = type(self.params).from_buffer_copy(self.params)
+        if self.tensor_maps:
+            driver = backend_for(self.target.vendor).driver
+            params = driver.aligned_struct(type(self.params))
+            ctypes.memmove(ctypes.addressof(params), ctypes.addressof(self.params), ctypes.sizeof(params))
+        else:
+            params = type(self.params).from_buffer_copy(self.params)
         for name, value in fields.items():
             setattr(params, name, value)
+        for map_name, pointer in self.tensor_maps:
+            driver.set_tensor_map_address(ctypes.addressof(params) + getattr(type(params), map_name).offset,
+                                          getattr(params, pointer))
         launch(self.target, self.fn, self.grid, self.threads, self.smem_bytes, params, stream_handle, self.overlap)

@@ -20,7 +20,9 @@ CTYPES: dict[str, type] = {
     "float": ctypes.c_float,
     "pa_i64": ctypes.c_int64,
     "pointer": ctypes.c_void_p,
+    "PaTensorMap": ctypes.c_uint64 * 16,  # 128 bytes, aligned to 64 on the device (see struct_from_header)
 }
+_MAP_ALIGN = 64  # alignas of PaTensorMap
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _MEMBER = re.compile(r"^(?:const\s+)?(\w+)\s*(\*?)\s*(.+)$", re.S)
 _NAME = re.compile(r"\*?\s*([A-Za-z_]\w*)$")
@@ -53,5 +55,17 @@ def struct_fields(header_text: str, name: str) -> list[tuple[str, str]]:
 
 def struct_from_header(header: str, name: str) -> type[ctypes.Structure]:
     """A ctypes Structure laid out as ``struct name`` of the CUDA header ``header`` (e.g. "pa_fwd_params.cuh")."""
-    fields = [(member, CTYPES[kind]) for member, kind in struct_fields(read_header(header), name)]
-    return type(name, (ctypes.Structure,), {"_fields_": fields, "__doc__": f"Host mirror of {name} ({header})."})
+    members = struct_fields(read_header(header), name)
+    fields = [(member, CTYPES[kind]) for member, kind in members]
+    mirror = type(name, (ctypes.Structure,), {"_fields_": fields, "__doc__": f"Host mirror of {name} ({header})."})
+    if any(kind == "PaTensorMap" for _, kind in members):
+        # ctypes aligns to at most 8 bytes: the maps must come first (offsets multiples of 64 without padding), and
+        # the size is rounded up to 64 as the device's is.
+        for member, kind in members:
+            if kind == "PaTensorMap" and getattr(mirror, member).offset % _MAP_ALIGN:
+                raise ValueError(f"struct {name}: tensor map {member} must come before every other member")
+        tail = -ctypes.sizeof(mirror) % _MAP_ALIGN
+        if tail:
+            mirror = type(name, (ctypes.Structure,), {"_fields_": fields + [("_tail", ctypes.c_uint8 * tail)],
+                                                      "__doc__": mirror.__doc__})
+    return mirror

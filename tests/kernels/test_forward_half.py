@@ -122,14 +122,14 @@ def test_persistent_blocks_match_one_block_per_item(gen, on_half_target, d, caus
     exactly what one block per item computes: GQA, Nq != Nk, a ragged last query block."""
     q = rand(gen, torch.float16, 8, 8, 700, d)
     k, v = (rand(gen, torch.float16, 8, 2, 900, d) for _ in range(2))
-    spec = select(on_half_target, "float16", d, seqlen_q=700)
+    spec = select(on_half_target, "float16", d, "mma", seqlen_q=700)
     items = 8 * 8 * -(-700 // spec.tile.block_m)
     outs = []
     for persistent in (False, True):
         tile = replace(spec.tile, persistent=persistent)
         assert (replace(spec, tile=tile).grid_blocks(items, on_half_target.multiprocessors) < items) == persistent
         out = torch.full_like(q, float("nan"))
-        with tweak_variant(lambda s: replace(s, tile=tile)):
+        with tweak_variant(lambda s: replace(spec, tile=tile)):
             portattn.attention(q, k, v, causal=causal, out=out)
         outs.append(out)
     assert torch.equal(outs[0], outs[1])
