@@ -12,7 +12,7 @@
 // products have the unit. Masks: none or causal (the plain build, pa_mask.cuh); the maps read past the sequence as
 // zeros, and the softmax masks those keys.
 //
-// Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64 or 128), PA_THREADS, PA_TMA_STAGES, PA_SMEM_BYTES,
+// Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80 or 128), PA_THREADS, PA_TMA_STAGES, PA_SMEM_BYTES,
 // PA_BF16, PA_MMA_WGMMA (1).
 #include "pa_fwd_params.cuh"
 #include "pa_softmax.cuh"

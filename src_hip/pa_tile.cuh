@@ -79,7 +79,8 @@ PA_DEVICE int pa_wave_row(int mt) {
 // start and its wait, and the A fragments of P V must stay unchanged until it completes. Q K^T overwrites s.
 template <int MT, int SN, int BM, int BN>
 PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
-    static_assert((BN == 64 || BN == 128) && SN * PA_MMA_N == BN, "warpgroup MMA score tiles are 64 or 128 wide");
+    static_assert((BN == 64 || BN == 80 || BN == 128) && SN * PA_MMA_N == BN,
+                  "warpgroup MMA score tiles are 64, 80 or 128 keys wide");
     pa_wgmma_fence();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {

@@ -1,12 +1,14 @@
 """The forward kernel family: tile tables, variant choice and launch.
 
 Kernels (``src_cuda/``): ``flash_fwd_mma.cu`` on the matrix units (all three dtypes; float32 as 3xTF32 on NVIDIA,
-fp32 MFMA on AMD) and ``flash_fwd_simt.cu``, the portable float32 kernel. Parameters: ``PaFwdParams``
+fp32 MFMA on AMD), ``flash_fwd_ws.cu``, Hopper's warp-specialized 16-bit kernel fed by bulk tensor copies (no mask
+or the causal one), and ``flash_fwd_simt.cu``, the portable float32 kernel. Parameters: ``PaFwdParams``
 (``pa_fwd_params.cuh``).
 
-Tuning is data: ``MMA_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile, and
-``MMA_TILES_SHORT`` holds the rows that differ for at most ``SHORT_SEQLEN`` queries. The matrix-unit row wins
-where there is one; a shape with no row in either table is not supported, and the error says so.
+Tuning is data: ``MMA_TILES``, ``WS_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile, and
+``MMA_TILES_SHORT`` holds the rows that differ for at most ``SHORT_SEQLEN`` queries. For a call without extended
+masks the warp-specialized row wins where there is one (unless a short-sequence row applies), then the
+matrix-unit row; a shape with no row in any table is not supported, and the error says so.
 """
 from __future__ import annotations
 
@@ -53,7 +55,8 @@ _NV_MMA = rows(HALF, {
     128: T(block_m=64, block_n=64, threads=128),
 })
 _NV_MMA_SMALL_SMEM = _NV_MMA | rows(HALF, {256: T(block_m=64, block_n=32, threads=128)})
-# Hopper: warpgroup MMA for every 16-bit head dim of 64 and more, 64 query rows per warpgroup. d = 64: two
+# Hopper: warpgroup MMA for every 16-bit head dim of 64 and more, 64 query rows per warpgroup (the warp-specialized
+# kernel, WS_TILES, takes most calls without extended masks; these serve the rest and a forced kernel). d = 64: two
 # warpgroups per block and two blocks per SM (within 128 registers), so one block's start (Q load, first scores)
 # overlaps the other's work; d = 96 (shared rows padded to 128 columns) and d = 128 need more registers than that
 # and run three warpgroups, one block per SM (d = 96 at two blocks per SM spills); d = 256 (128 accumulators per
@@ -126,16 +129,12 @@ SIMT_TILES: dict[str, Rows] = {
     "rdna4": _AMD_SIMT,
 }
 
-# Short sequences (at most SHORT_SEQLEN query rows): matrix-unit rows that differ from MMA_TILES. With few key tiles
-# per block, a block's start is a larger share of its time and a tall tile's padding rows cost more. Hopper
-# d = 96 and 128: two warpgroups (128 rows) instead of three (192); at d = 128 also persistent blocks, which load
-# the next item's Q while finishing the current one.
+# Short sequences (at most SHORT_SEQLEN query rows): matrix-unit rows that differ from MMA_TILES, and that take
+# precedence over WS_TILES. Hopper d = 64: the matrix-unit kernel at two blocks per SM stays faster than the
+# warp-specialized one up to 1024 queries (1.1-1.6x there), slower from 2048 on.
 SHORT_SEQLEN = 1024
 MMA_TILES_SHORT: dict[str, Rows] = {
-    "sm90": rows(HALF, {
-        96: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True),
-        128: T(block_m=128, block_n=64, threads=256, warpgroup_mma=True, persistent=True),
-    }),
+    "sm90": rows(HALF, {64: _NV_MMA_HOPPER[("float16", 64)]}),
 }
 
 # Extended masks (PA_MASK_EXT: variable lengths, windows, softcap, ALiBi, mask tensors): matrix-unit rows that
@@ -157,16 +156,18 @@ MMA_TILES_EXT: dict[str, Rows] = {
     }),
 }
 
-# Hopper, warp-specialized kernel (flash_fwd_ws.cu): one copying warpgroup feeds two computing warpgroups (64 query
+# Hopper, warp-specialized kernel (flash_fwd_ws.cu): one copying warpgroup feeds the computing warpgroups (64 query
 # rows each) through bulk tensor copies into `stages` K and V buffers. A row here takes the plain and causal calls
-# from the matrix-unit kernel at every sequence length. d = 96 and 128: 128-key tiles in three stages (two stages
-# run 25-35% slower); d = 256: 64-key tiles in two stages (three do not fit). d = 64 stays on the matrix-unit kernel,
-# which runs two blocks per SM and is faster there.
+# from the matrix-unit kernel (except the rows of MMA_TILES_SHORT). d = 96 and 128: 128-key tiles in three stages
+# (two stages run 25-35 % slower), two computing warpgroups taking turns; d = 256: 80-key tiles in two stages
+# (three do not fit; 3-7 % faster than 64-key tiles); d = 64: three computing warpgroups and 64-key tiles (the
+# 512 threads allow 128 registers each at compile time; 128-key tiles spill).
 WS_TILES: dict[str, Rows] = {
     "sm90": rows(HALF, {
+        64: T(block_m=192, block_n=64, threads=512, warpgroup_mma=True, stages=3),
         96: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3),
         128: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3),
-        256: T(block_m=128, block_n=64, threads=384, warpgroup_mma=True, stages=2),
+        256: T(block_m=128, block_n=80, threads=384, warpgroup_mma=True, stages=2),
     }),
 }
 
@@ -238,7 +239,8 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     if kernel is not None and kernel not in FwdSpec.KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(FwdSpec.KERNELS)} or None, got {kernel!r}")
     key = (dtype, head_dim)
-    if kernel is None and not mask_ext and key in WS_TILES.get(fam, {}):
+    short = seqlen_q is not None and seqlen_q <= SHORT_SEQLEN and key in MMA_TILES_SHORT.get(fam, {})
+    if kernel is None and not mask_ext and not short and key in WS_TILES.get(fam, {}):
         kernel = "ws"
     chosen = kernel or next((k for k in ("mma", "simt") if key in TABLES[k][fam]), None)
     if chosen == "ws" and mask_ext:
@@ -250,8 +252,8 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     tile = TABLES[chosen][fam][key]
     if chosen == "mma" and mask_ext:
         tile = MMA_TILES_EXT.get(fam, {}).get(key, tile)
-    elif chosen == "mma" and seqlen_q is not None and seqlen_q <= SHORT_SEQLEN:
-        tile = MMA_TILES_SHORT.get(fam, {}).get(key, tile)
+    elif chosen == "mma" and short:
+        tile = MMA_TILES_SHORT[fam][key]
     spec = FwdSpec(chosen, dtype, head_dim, tile, target.lanes, target.emulated, mask_ext)
     spec.check_fits(target)
     return spec

@@ -39,6 +39,7 @@ class BenchRow:
     max_rel_error: float  # portattn vs float64 on the first (batch, head) slice(s): output, or the largest gradient
     sdpa_tflops: dict[str, float | None] = field(default_factory=dict)
     mode: str = "forward"
+    heads_kv: int | None = None  # key/value heads where fewer than the query heads (grouped-query attention)
     fwdbwd_ms: dict[str, float | None] = field(default_factory=dict)
     peak_mib: dict[str, float | None] = field(default_factory=dict)
 
@@ -89,18 +90,23 @@ def _sdpa(backend: str, q, k, v, causal: bool) -> Callable[[], object] | None:
 
 
 def bench_case(dtype: str, head_dim: int, causal: bool, seqlen: int, heads: int = 16, tokens: int = 32768,
-               reps: int = 30, warmup: int = 5) -> BenchRow:
+               reps: int = 30, warmup: int = 5, heads_kv: int | None = None) -> BenchRow:
+    """The forward on [tokens / seqlen, heads, seqlen, head_dim] inputs (``heads_kv`` key/value heads: grouped-query
+    attention), against each SDPA backend on the same inputs."""
     batch = max(1, tokens // seqlen)
+    hk = heads_kv or heads
     gen = torch.Generator(device="cuda").manual_seed(seqlen * 1000 + head_dim)
-    q, k, v = (torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=_DTYPES[dtype], generator=gen)
-               for _ in range(3))
+    q, k, v = (torch.randn(batch, h, seqlen, head_dim, device="cuda", dtype=_DTYPES[dtype], generator=gen)
+               for h in (heads, hk, hk))
     out = torch.full_like(q, float("nan"))
     attention(q, k, v, causal=causal, out=out)
-    ref, _ = reference_attention(q[:1, :2], k[:1, :2], v[:1, :2], causal)
-    err = relative_error(out[:1, :2], ref)
+    group = heads // hk
+    ref, _ = reference_attention(q[:1, :2 * group], k[:1, :2], v[:1, :2], causal)
+    err = relative_error(out[:1, :2 * group], ref)
     flops = 4 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
     ms = time_ms(lambda: attention(q, k, v, causal=causal, out=out), reps, warmup)
-    row = BenchRow(dtype, head_dim, causal, seqlen, batch, heads, ms, flops / ms / 1e9, err)
+    row = BenchRow(dtype, head_dim, causal, seqlen, batch, heads, ms, flops / ms / 1e9, err,
+                   heads_kv=hk if hk != heads else None)
     for name in SDPA_BACKENDS:
         fn = _sdpa(name, q, k, v, causal)
         row.sdpa_tflops[name] = flops / time_ms(fn, reps, warmup) / 1e9 if fn else None
@@ -166,7 +172,7 @@ def bench_backward_case(dtype: str, head_dim: int, causal: bool, seqlen: int, he
 def format_table(rows: list[BenchRow]) -> str:
     """A markdown table; backward rows add forward+backward times and peak memory (portattn, SDPA default)."""
     backward = any(r.mode == "backward" for r in rows)
-    head = ["dtype", "d", "causal", "N", "B", "portattn TF/s", "rel err"]
+    head = ["dtype", "d", "causal", "N", "B", "H", "portattn TF/s", "rel err"]
     for name in SDPA_BACKENDS:
         head += [f"{name} TF/s", f"x {name}"]
     if backward:
@@ -175,7 +181,8 @@ def format_table(rows: list[BenchRow]) -> str:
     fmt = lambda x, spec: "—" if x is None else format(x, spec)  # noqa: E731
     for r in rows:
         cells = [r.dtype, str(r.head_dim), "yes" if r.causal else "no", str(r.seqlen), str(r.batch),
-                 f"{r.portattn_tflops:.1f}", f"{r.max_rel_error:.1e}"]
+                 f"{r.heads}:{r.heads_kv}" if r.heads_kv else str(r.heads), f"{r.portattn_tflops:.1f}",
+                 f"{r.max_rel_error:.1e}"]
         for name in SDPA_BACKENDS:
             cells += [fmt(r.sdpa_tflops.get(name), ".1f"), fmt(r.ratio(name), ".2f")]
         if backward:
@@ -186,15 +193,22 @@ def format_table(rows: list[BenchRow]) -> str:
 
 
 def run(dtypes: list[str], head_dims: list[int], seqlens: list[int], causal: list[bool], json_path: str | None,
-        reps: int = 30, warmup: int = 5, backward: bool = False) -> list[BenchRow]:
-    """Every configuration, printed as it completes; the rows also go to ``json_path`` when given."""
+        reps: int = 30, warmup: int = 5, backward: bool = False, heads: tuple[int, int] = (16, 16),
+        tokens: int = 32768) -> list[BenchRow]:
+    """Every configuration, printed as it completes; the rows also go to ``json_path`` when given. ``heads``:
+    (query heads, key/value heads); ``tokens``: batch times sequence length."""
+    extra = {"heads": heads[0], "tokens": tokens}
+    if heads[1] != heads[0]:
+        if backward:
+            raise ValueError("--heads with fewer key/value heads times the forward only")
+        extra["heads_kv"] = heads[1]
     case = bench_backward_case if backward else bench_case
     rows = []
     for dtype in dtypes:
         for d in head_dims:
             for c in causal:
                 for n in seqlens:
-                    rows.append(case(dtype, d, c, n, reps=reps, warmup=warmup))
+                    rows.append(case(dtype, d, c, n, reps=reps, warmup=warmup, **extra))
                     print(format_table(rows[-1:]).splitlines()[-1], flush=True)
     if json_path:
         with open(json_path, "w") as f:

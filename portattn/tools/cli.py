@@ -40,8 +40,16 @@ def _bench(args: argparse.Namespace) -> int:
         print()
         print(format_decode_table(rows))
         return 0
+    hq, _, hk = args.heads.partition(":")
+    try:
+        heads = (int(hq), int(hk or hq))
+        if heads[0] < 1 or heads[1] < 1 or heads[0] % heads[1]:
+            raise ValueError
+    except ValueError:
+        print(f"portattn bench: --heads must be H or HQ:HK with HK dividing HQ, got {args.heads!r}", file=sys.stderr)
+        return 2
     rows = run(args.dtype, args.head_dim, args.seqlen, [c == "yes" for c in args.causal], args.json,
-               reps=args.reps, warmup=args.warmup, backward=args.backward)
+               reps=args.reps, warmup=args.warmup, backward=args.backward, heads=heads, tokens=args.tokens)
     print()
     print(format_table(rows))
     if args.plot:
@@ -242,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32], help="--decode: sequences")
     b.add_argument("--keys", nargs="+", type=int, default=[4096, 8192, 65536], help="--decode: keys per sequence")
     b.add_argument("--overhead", action="store_true", help="host cost of one eager call on tiny tensors")
+    b.add_argument("--heads", default="16", help="forward / backward: query heads, or HQ:HK for grouped-query "
+                                                  "attention (forward only)")
+    b.add_argument("--tokens", type=int, default=32768, help="forward / backward: batch times sequence length")
     p = sub.add_parser("plot", help="plot a bench JSON file (no GPU needed; needs matplotlib)")
     p.add_argument("json", help="file written by portattn bench --json")
     p.add_argument("-o", "--output", help="image path (default: the JSON path with .png)")

@@ -40,8 +40,12 @@ def test_detect_and_select(fake_device, arch):
     assert {key for key, spec in chosen.items() if spec.kernel == "simt"} == simt_only
     variants = shipped_variants(target)
     assert set(chosen.values()) <= set(variants)
+    # Beyond the chosen ones: the simt kernel where float32 has a matrix-unit one, and the matrix-unit kernel where
+    # the warp-specialized one is chosen (both serve a forced kernel).
+    ws = {key for key, spec in chosen.items() if spec.kernel == "ws"}
     assert {(s.kernel, s.dtype, s.head_dim) for s in variants} - {(c.kernel, *k) for k, c in chosen.items()} == {
-        ("simt", "float32", d) for d in HEAD_DIMS if ("float32", d) not in simt_only}
+        ("simt", "float32", d) for d in HEAD_DIMS if ("float32", d) not in simt_only} | {("mma", *k) for k in ws}
+    assert ws == ({(dt, d) for dt in ("float16", "bfloat16") for d in (64, 96, 128, 256)} if fam == "sm90" else set())
 
 
 @pytest.mark.parametrize("arch", ["gfx908", "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"])
@@ -84,16 +88,36 @@ def test_emulated_target_executes_the_gfx90a_mapping():
         native.with_lanes(16)
 
 
+def test_hopper_plain_16bit_calls_take_the_warp_specialized_kernel():
+    hopper = Target.for_arch("sm_90")
+    for dtype in ("float16", "bfloat16"):
+        for d in (64, 96, 128, 256):
+            spec = select(hopper, dtype, d)
+            assert spec.kernel == "ws" and spec.function == "pa_flash_fwd_ws" and spec == select(hopper, dtype, d, "ws")
+            assert spec.defines["PA_TMA_STAGES"] == spec.tile.stages and spec.defines["PA_MMA_WGMMA"] == 1
+            # extended masks and a forced matrix-unit kernel keep the matrix-unit kernel
+            assert select(hopper, dtype, d, mask_ext=True).kernel == select(hopper, dtype, d, "mma").kernel == "mma"
+            with pytest.raises(NotImplementedError, match="warp-specialized"):
+                select(hopper, dtype, d, "ws", mask_ext=True)
+            with pytest.raises(ValueError, match="one block per work item"):
+                replace(spec, tile=replace(spec.tile, persistent=True)).defines
+        for d in (96, 128, 256):  # every sequence length
+            assert select(hopper, dtype, d, seqlen_q=1) == select(hopper, dtype, d)
+    with pytest.raises(NotImplementedError, match="no ws kernel"):
+        select(Target.for_arch("sm_80"), "float16", 128, "ws")
+
+
 def test_short_sequences_take_their_own_rows():
+    """Hopper d = 64: at most SHORT_SEQLEN queries run the matrix-unit kernel, longer ones the warp-specialized one."""
     hopper, amd = Target.for_arch("sm_90"), Target.for_arch("gfx90a")
     for dtype in ("float16", "bfloat16"):
-        long = select(hopper, dtype, 128)
-        assert select(hopper, dtype, 128, seqlen_q=SHORT_SEQLEN + 1) == long
-        short = select(hopper, dtype, 128, seqlen_q=SHORT_SEQLEN)
-        assert short == select(hopper, dtype, 128, seqlen_q=1) and short.tile != long.tile
+        long = select(hopper, dtype, 64)
+        assert select(hopper, dtype, 64, seqlen_q=SHORT_SEQLEN + 1) == long and long.kernel == "ws"
+        short = select(hopper, dtype, 64, seqlen_q=SHORT_SEQLEN)
+        assert short == select(hopper, dtype, 64, seqlen_q=1) and short.kernel == "mma"
         assert short in shipped_variants(hopper)
         # rows without a short-sequence entry, and the simt kernel, ignore the sequence length
-        assert select(hopper, dtype, 64, seqlen_q=1) == select(hopper, dtype, 64)
+        assert select(hopper, dtype, 128, "mma", seqlen_q=1) == select(hopper, dtype, 128, "mma")
         assert select(amd, dtype, 128, seqlen_q=1) == select(amd, dtype, 128)
     assert select(hopper, "float32", 128, "simt", seqlen_q=1) == select(hopper, "float32", 128, "simt")
     assert len(set(shipped_variants(hopper))) == len(shipped_variants(hopper))
@@ -101,15 +125,17 @@ def test_short_sequences_take_their_own_rows():
 
 def test_min_blocks_reaches_the_launch_bounds():
     hopper = Target.for_arch("sm_90")
-    assert select(hopper, "float16", 64).defines["PA_MIN_BLOCKS"] == select(hopper, "float16", 64).tile.min_blocks == 2
-    assert select(hopper, "float16", 128).defines["PA_MIN_BLOCKS"] == 1
+    two = select(hopper, "float16", 64, "mma")
+    assert two.defines["PA_MIN_BLOCKS"] == two.tile.min_blocks == 2
+    assert select(hopper, "float16", 128, "mma").defines["PA_MIN_BLOCKS"] == 1
     assert "PA_MIN_BLOCKS" not in select(hopper, "float32", 64, "simt").defines
-    assert ",2/SM" in select(hopper, "bfloat16", 64).label
+    assert ",2/SM" in select(hopper, "bfloat16", 64, "mma").label
 
 
 def test_persistent_tiles_launch_a_block_per_multiprocessor_slot():
     hopper = Target.for_arch("sm_90")
-    short, long = (select(hopper, "float16", 128, seqlen_q=n) for n in (SHORT_SEQLEN, SHORT_SEQLEN + 1))
+    long = select(hopper, "float16", 128, "mma")
+    short = replace(long, tile=replace(long.tile, persistent=True))
     assert short.tile.persistent and short.defines["PA_PERSISTENT"] == 1 and ",persistent" in short.label
     assert not long.tile.persistent and long.defines["PA_PERSISTENT"] == 0
     assert short.grid_blocks(10_000, 132) == 132 * short.tile.min_blocks and short.grid_blocks(100, 132) == 100

@@ -39,8 +39,8 @@ def test_info_for_named_archs(capsys):
                 assert f"  {spec.dtype} d={spec.head_dim}: {spec.label}\n" in text
             if isinstance(spec, BwdSpec) and spec.stage == "dkdv" and spec.kernel == "mma" and not spec.mask_ext:
                 assert f"  {spec.dtype} d={spec.head_dim}, backward: {spec.label}; deterministic dQ: " in text
-    short = select(Target.for_arch("sm_90"), "float16", 128, seqlen_q=SHORT_SEQLEN)
-    assert f"  float16 d=128, at most {SHORT_SEQLEN} queries: {short.label}\n" in text
+    short = select(Target.for_arch("sm_90"), "float16", 64, seqlen_q=SHORT_SEQLEN)
+    assert f"  float16 d=64, at most {SHORT_SEQLEN} queries: {short.label}\n" in text
     assert text.count("float32 d=64: pa_flash_fwd_mma[d=64,") == 2
     assert "float32 d=256: pa_flash_fwd_simt[d=256," in text  # gfx90a: no matrix-unit tile fits
     assert main(["info", "--arch", "sm_70"]) == 2
@@ -124,8 +124,8 @@ def test_report_rows_name_the_tile_options_and_the_short_sequence_rows():
 
     hopper = Target.for_arch("sm_90")
     res = Resources(registers=180, static_smem=0, spill_bytes=0, scratch_bytes=0)
-    short = select(hopper, "float16", 128, seqlen_q=SHORT_SEQLEN)
-    text = format_rows([ReportRow("sm_90", select(hopper, "float16", 64), res, "2 blocks/SM"),
-                        ReportRow("sm_90", short, res, "1 blocks/SM", f"at most {SHORT_SEQLEN} queries")])
-    assert "| float16 | 64 | 128x64, wgmma, 2/SM | 256 |" in text
-    assert f"| float16 | 128 | 128x64, wgmma, persistent (at most {SHORT_SEQLEN} queries) | 256 |" in text
+    short = select(hopper, "float16", 64, seqlen_q=SHORT_SEQLEN)
+    text = format_rows([ReportRow("sm_90", select(hopper, "float16", 128), res, "1 blocks/SM"),
+                        ReportRow("sm_90", short, res, "2 blocks/SM", f"at most {SHORT_SEQLEN} queries")])
+    assert "| pa_flash_fwd_ws | float16 | 128 | 128x128, wgmma, 3 stages | 384 |" in text
+    assert f"| float16 | 64 | 128x64, wgmma, 2/SM (at most {SHORT_SEQLEN} queries) | 256 |" in text
