@@ -83,22 +83,24 @@ def test_gqa_bshd_and_scale(gen, dtype, hq, hk):
     check(q, k, v, scale=0.3, against_sdpa=False)
 
 
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-def test_strided_and_unaligned_inputs(gen, dtype):
+def test_strided_and_unaligned_inputs(gen, dtype, d):
     # Only the reference here: SDPA's flash kernel faulted (misaligned address) on the first of these views.
-    q, k, v = (rand(gen, dtype, 2, 3, 100, 72)[..., :64] for _ in range(3))  # row stride 72: read in place
+    q, k, v = (rand(gen, dtype, 2, 3, 100, d + 8)[..., :d] for _ in range(3))  # rows 16 B longer: read in place
     check(q, k, v, against_sdpa=False)
-    q, k, v = (rand(gen, dtype, 2, 3, 100, 66)[..., :64] for _ in range(3))  # row stride 66: copied
+    q, k, v = (rand(gen, dtype, 2, 3, 100, d + 2)[..., :d] for _ in range(3))  # rows 4 B longer: copied
     check(q, k, v, against_sdpa=False)
-    n = 2 * 3 * 50 * 64
-    q, k, v = (rand(gen, dtype, n + 1)[1:].view(2, 3, 50, 64) for _ in range(3))  # base off 16 B: copied
+    n = 2 * 3 * 50 * d
+    q, k, v = (rand(gen, dtype, n + 1)[1:].view(2, 3, 50, d) for _ in range(3))  # base off 16 B: copied
     check(q, k, v, causal=True, against_sdpa=False)
 
 
 @pytest.mark.parametrize("scale", [-0.3, 0.0])
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-def test_negative_and_zero_scale(gen, dtype, scale):
-    q, k, v = (rand(gen, dtype, 2, 3, 200, 64) for _ in range(3))
+def test_negative_and_zero_scale(gen, dtype, scale, d):
+    q, k, v = (rand(gen, dtype, 2, 3, 200, d) for _ in range(3))
     for causal in (False, True):
         check(q, k, v, causal=causal, scale=scale, against_sdpa=False)
 
