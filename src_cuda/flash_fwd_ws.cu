@@ -2,17 +2,17 @@
 // accumulation and softmax.
 //
 // A block computes PA_BLOCK_M query rows of one (batch, head) with PA_THREADS / 128 warpgroups. The last warpgroup
-// copies: one of its threads issues bulk tensor copies (pa_prelude_tma.cuh) of the block's Q and of each K and V tile
-// into PA_TMA_STAGES buffers, each completing on its transaction barrier, and waits for a buffer's consumers to release
-// it before refilling it; the copying warpgroup gives most of its registers to the others. The other warpgroups
-// compute 64 query rows each on the warpgroup MMA (pa_tile.cuh), as the matrix-unit kernel does: Q·K^T of tile t
-// and P·V of tile t - 1 are issued together and the softmax of tile t overlaps P·V. With two computing warpgroups
-// they take turns issuing their products (two named barriers), so that one's softmax runs while the other's
-// products have the unit. Masks: none or causal (the plain build, pa_mask.cuh); the maps read past the sequence as
-// zeros, and the softmax masks those keys.
+// copies: one of its threads issues bulk tensor copies (pa_prelude_tma.cuh) of the block's Q and of each K and V
+// tile into PA_TMA_STAGES buffers, each completing on its transaction barrier, and refills a buffer once the
+// computing warps have released it: K as soon as its scores are done, V once its P·V is. The copying warpgroup gives
+// most of its registers to the others. The other warpgroups compute 64 query rows each on the warpgroup MMA
+// (pa_tile.cuh), as the matrix-unit kernel does: Q·K^T of tile t and P·V of tile t - 1 are issued together and the
+// softmax of tile t overlaps P·V. Two computing warpgroups take turns issuing their products (two named barriers),
+// so that one's softmax runs while the other's products have the unit. Masks: none or causal (the plain build,
+// pa_mask.cuh); the maps read past the sequence as zeros, and the softmax masks those keys.
 //
-// Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80 or 128), PA_THREADS, PA_TMA_STAGES, PA_SMEM_BYTES,
-// PA_BF16, PA_MMA_WGMMA (1).
+// Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80 or 128), PA_THREADS, PA_TMA_STAGES,
+// PA_SMEM_BYTES, PA_BF16, PA_MMA_WGMMA (1).
 #include "pa_fwd_params.cuh"
 #include "pa_softmax.cuh"
 #include "pa_tile.cuh"
@@ -44,10 +44,10 @@ constexpr int MMA_REGS = (65536 / 128 - COPY_REGS) / CONSUMERS / 8 * 8;
 
 static_assert(CONSUMERS >= 1 && BM == 64 * CONSUMERS, "64 query rows per computing warpgroup");
 static_assert(STAGES >= 2, "at least two K and two V buffers");
-// Q, STAGES K and V buffers, the barriers (Q, then full K, full V and empty, STAGES each), and the slack that
-// aligns the tiles to 1024 bytes.
+// Q, STAGES K and V buffers, the barriers (Q, then full K, full V, empty K and empty V, STAGES each), and the slack
+// that aligns the tiles to 1024 bytes.
 static_assert(PA_SMEM_BYTES ==
-                  (int)sizeof(pa_elem) * (pa_tile_elems<BM>() + 2 * STAGES * KV) + 8 * (1 + 3 * STAGES) + 1024 - 16,
+                  (int)sizeof(pa_elem) * (pa_tile_elems<BM>() + 2 * STAGES * KV) + 8 * (1 + 4 * STAGES) + 1024 - 16,
               "the host's shared-memory size (PA_SMEM_BYTES) does not match this kernel's tiles");
 
 // The turn barrier of computing warpgroup w (ids 1 and 2; 0 is __syncthreads').
@@ -61,9 +61,10 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     pa_elem* k_s = q_s + pa_tile_elems<BM>();  // STAGES tiles of BN rows
     pa_elem* v_s = k_s + STAGES * KV;          // STAGES tiles of BN rows
     unsigned long long* q_full = reinterpret_cast<unsigned long long*>(v_s + STAGES * KV);
-    unsigned long long* k_full = q_full + 1;       // K of the buffer has landed
-    unsigned long long* v_full = k_full + STAGES;  // V of the buffer has landed
-    unsigned long long* empty = v_full + STAGES;   // every computing warp is done with the buffer's K and V
+    unsigned long long* k_full = q_full + 1;         // K of the buffer has landed
+    unsigned long long* v_full = k_full + STAGES;    // V of the buffer has landed
+    unsigned long long* k_empty = v_full + STAGES;   // every computing warp is done with the buffer's K
+    unsigned long long* v_empty = k_empty + STAGES;  // every computing warp is done with the buffer's V
 
     const PaBlock blk = pa_block_coords(p, BM);
     const int b = blk.b, h = blk.h, row0 = blk.row0;
@@ -78,7 +79,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
         for (int i = 0; i < STAGES; ++i) {
             pa_mbar_init(k_full + i, 1);
             pa_mbar_init(v_full + i, 1);
-            pa_mbar_init(empty + i, CONSUMERS * 4);
+            pa_mbar_init(k_empty + i, CONSUMERS * 4);
+            pa_mbar_init(v_empty + i, CONSUMERS * 4);
         }
         pa_mbar_init_fence();
     }
@@ -94,12 +96,13 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
                 pa_tma_load4(q_s + c * BM * 64, &p.map_q, c * 64, (int)seq.q_start + row0, h, b, q_full);
             for (int t = 0; t < n_tiles; ++t) {
                 const int st = t % STAGES, n0 = (first + t) * BN;
-                if (t >= STAGES) pa_mbar_wait(empty + st, (t / STAGES - 1) & 1);
+                if (t >= STAGES) pa_mbar_wait(k_empty + st, (t / STAGES - 1) & 1);
                 pa_mbar_expect_bytes(k_full + st, TILE_BYTES);
 #pragma unroll
                 for (int c = 0; c < COL_BLOCKS; ++c)
                     pa_tma_load4(k_s + st * KV + c * BN * 64, &p.map_k, c * 64, (int)seq.k_start + n0, blk.h_kv, b,
                                  k_full + st);
+                if (t >= STAGES) pa_mbar_wait(v_empty + st, (t / STAGES - 1) & 1);
                 pa_mbar_expect_bytes(v_full + st, TILE_BYTES);
 #pragma unroll
                 for (int c = 0; c < COL_BLOCKS; ++c)
@@ -127,7 +130,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     auto pass_turn = [&]() {
         if (PINGPONG) pa_named_arrive(turn_barrier(1 - wg), 2 * 128);
     };
-    auto release = [&](int t) {  // after the products reading tile t's buffer have completed
+    auto release = [&](unsigned long long* empty, int t) {  // after the products reading tile t's buffer completed
         if (pa_lane_id() == 0) pa_mbar_arrive(empty + t % STAGES);
     };
 
@@ -147,9 +150,10 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
             pa_tile_wait_scores<0>(s);
         }
         pass_turn();
+        release(k_empty, tile);  // Q·K^T of this tile is done: its K buffer refills while P·V and the softmax run
         const bool any_rescale = pa_softmax_tile(s, sm, seq.mask, mod, p.scale_log2, row0, BM, (first + tile) * BN);
         pa_tile_wait_all(acc);
-        if (tile > 0) release(tile - 1);
+        if (tile > 0) release(v_empty, tile - 1);
         if (any_rescale) pa_softmax_rescale(acc, sm);
         pa_tile_to_a(probs, s);
     }

@@ -158,15 +158,15 @@ MMA_TILES_EXT: dict[str, Rows] = {
 
 # Hopper, warp-specialized kernel (flash_fwd_ws.cu): one copying warpgroup feeds the computing warpgroups (64 query
 # rows each) through bulk tensor copies into `stages` K and V buffers. A row here takes the plain and causal calls
-# from the matrix-unit kernel (except the rows of MMA_TILES_SHORT). d = 96 and 128: 128-key tiles in three stages
-# (two stages run 25-35 % slower), two computing warpgroups taking turns; d = 256: 80-key tiles in two stages
-# (three do not fit; 3-7 % faster than 64-key tiles); d = 64: three computing warpgroups and 64-key tiles (the
-# 512 threads allow 128 registers each at compile time; 128-key tiles spill).
+# from the matrix-unit kernel (except the rows of MMA_TILES_SHORT). d = 96 and 128: 128-key tiles, two computing
+# warpgroups taking turns (a third stage measured the same); d = 256: 80-key tiles (5-10 % faster than 64-key tiles
+# at N >= 4096; 128-key tiles do not fit); d = 64: three computing warpgroups, 64-key tiles, three stages (two run
+# 35 % slower; the 512 threads allow 128 registers each at compile time, and 128-key tiles spill).
 WS_TILES: dict[str, Rows] = {
     "sm90": rows(HALF, {
         64: T(block_m=192, block_n=64, threads=512, warpgroup_mma=True, stages=3),
-        96: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3),
-        128: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3),
+        96: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2),
+        128: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2),
         256: T(block_m=128, block_n=80, threads=384, warpgroup_mma=True, stages=2),
     }),
 }
@@ -210,9 +210,9 @@ class FwdSpec(KernelSpec):
             ld = self.head_dim + 4
             return 4 * (t.block_m * ld + t.block_n * ld + t.block_m * (t.block_n + 4))
         size = 4 if self.dtype == "float32" else 2
-        if self.kernel == "ws":  # plus the barriers: Q, and full K, full V and empty per stage
+        if self.kernel == "ws":  # plus the barriers: Q, and full K, full V, empty K and empty V per stage
             return size * (t.block_m + 2 * t.stages * t.block_n) * -(-self.head_dim // 64) * 64 + \
-                8 * (1 + 3 * t.stages) + 1024 - 16
+                8 * (1 + 4 * t.stages) + 1024 - 16
         if t.warpgroup_mma:  # rows of whole 64-column blocks
             return size * (t.block_m + 4 * t.block_n) * -(-self.head_dim // 64) * 64 + 1024 - 16
         return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)

@@ -127,5 +127,5 @@ def test_report_rows_name_the_tile_options_and_the_short_sequence_rows():
     short = select(hopper, "float16", 64, seqlen_q=SHORT_SEQLEN)
     text = format_rows([ReportRow("sm_90", select(hopper, "float16", 128), res, "1 blocks/SM"),
                         ReportRow("sm_90", short, res, "2 blocks/SM", f"at most {SHORT_SEQLEN} queries")])
-    assert "| pa_flash_fwd_ws | float16 | 128 | 128x128, wgmma, 3 stages | 384 |" in text
+    assert "| pa_flash_fwd_ws | float16 | 128 | 128x128, wgmma, 2 stages | 384 |" in text
     assert f"| float16 | 64 | 128x64, wgmma, 2/SM (at most {SHORT_SEQLEN} queries) | 256 |" in text
