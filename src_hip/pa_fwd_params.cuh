@@ -39,14 +39,14 @@ struct PaFwdParams {
     int num_m_blocks;               // ceil(seqlen_q / PA_BLOCK_M)
 };
 
-// The (batch, head), key/value head and first query row of work item `work` (PA_BLOCK_M query rows of one head;
-// by default the block's own, one item per block). Consecutive items are the query blocks of one (batch, head), so
-// that the items running at the same time share its K and V in the L2 cache; within a head the heavy (late) query
-// blocks come first, which balances causal work.
+// The (batch, head), key/value head and first query row of this block's work (block_m query rows of one head).
+// Consecutive blocks take the query blocks of one (batch, head), so that the blocks running at the same time share
+// its K and V in the L2 cache; within a head the heavy (late) query blocks come first, which balances causal work.
 struct PaBlock {
     int b, h, h_kv, row0;
 };
-PA_DEVICE PaBlock pa_block_coords(const PaFwdParams& p, int block_m, int work = (int)blockIdx.x) {
+PA_DEVICE PaBlock pa_block_coords(const PaFwdParams& p, int block_m) {
+    const int work = blockIdx.x;
     const int m_block = p.num_m_blocks - 1 - work % p.num_m_blocks;
     const int bh = work / p.num_m_blocks;
     const int h = bh % p.heads_q;

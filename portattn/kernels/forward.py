@@ -191,11 +191,11 @@ class FwdSpec(KernelSpec):
         if self.kernel == "simt":
             return {"PA_ROW_LANES": t.row_lanes}
         if self.kernel == "ws":
-            if t.persistent or t.min_blocks != 1 or not t.warpgroup_mma:
-                raise ValueError(f"{self.label}: the warp-specialized kernel runs one block per work item and SM, "
-                                 "on the warpgroup MMA")
+            if t.min_blocks != 1 or not t.warpgroup_mma:
+                raise ValueError(f"{self.label}: the warp-specialized kernel runs one block per SM, on the "
+                                 "warpgroup MMA")
             return {"PA_MMA_WGMMA": 1, "PA_TMA_STAGES": t.stages}
-        defines = {"PA_MIN_BLOCKS": t.min_blocks, "PA_PERSISTENT": int(t.persistent)}
+        defines = {"PA_MIN_BLOCKS": t.min_blocks}
         if t.warpgroup_mma:
             defines["PA_MMA_WGMMA"] = 1
         return defines
@@ -217,12 +217,6 @@ class FwdSpec(KernelSpec):
             return size * (t.block_m + 4 * t.block_n) * -(-self.head_dim // 64) * 64 + 1024 - 16
         return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)
 
-    def grid_blocks(self, work_items: int, multiprocessors: int) -> int:
-        """Blocks to launch for ``work_items`` tiles of query rows: one each, or for a persistent tile at most
-        ``min_blocks`` per multiprocessor."""
-        if self.tile.persistent:
-            return min(work_items, multiprocessors * self.tile.min_blocks)
-        return work_items
 
 
 def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
@@ -358,5 +352,5 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
     if spec.kernel == "ws":
         _tensor_maps(spec, p, {"q": q, "k": k, "v": v}, target)
         maps = (("map_q", "q"), ("map_k", "k"), ("map_v", "v"))
-    return loader.Launch(target, fn, spec.grid_blocks(items, target.multiprocessors), spec.tile.threads,
+    return loader.Launch(target, fn, items, spec.tile.threads,
                          spec.smem_bytes, p, tensor_maps=maps)

@@ -30,7 +30,6 @@ class TileConfig:
     row_lanes: int = 16  # simt kernels: lanes sharing one query row group (its max / sum reductions span them)
     warpgroup_mma: bool = False  # Hopper warpgroup MMA (wgmma; PA_MMA_WGMMA)
     min_blocks: int = 1  # blocks per SM / CU the compiler must fit registers for (PA_MIN_BLOCKS)
-    persistent: bool = False  # min_blocks blocks per SM / CU loop over the work items (PA_PERSISTENT)
     split: int = 1  # backward: column slices of the head dim, one per block (PA_SPLIT)
     stages: int = 1  # backward dK/dV, decode: buffers of the streamed tiles; 2 overlaps copies and work (PA_STAGES)
     key_waves: int = 1  # decode: waves sharing the same query rows, each taking a slice of every key tile
@@ -39,7 +38,7 @@ class TileConfig:
     def options(self) -> list[str]:
         """The options beyond the shape, e.g. ["wgmma", "2/SM"]."""
         return (["wgmma"] * self.warpgroup_mma + [f"{self.min_blocks}/SM"] * (self.min_blocks > 1)
-                + ["persistent"] * self.persistent + [f"split {self.split}"] * (self.split > 1)
+                + [f"split {self.split}"] * (self.split > 1)
                 + [f"{self.stages} stages"] * (self.stages > 1)
                 + [f"{self.key_waves} key waves"] * (self.key_waves > 1))
 

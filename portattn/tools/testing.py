@@ -11,11 +11,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..kernels.forward import FwdSpec
 from ..kernels.variant import OVERRIDES, KernelSpec
 from ..runtime.target import Target
 
-KERNELS = tuple(FwdSpec.KERNELS)  # the implementations every family has: "mma" and "simt"
+KERNELS = ("mma", "simt")  # the implementations every family has
 
 
 @contextmanager

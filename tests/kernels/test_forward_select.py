@@ -99,8 +99,8 @@ def test_hopper_plain_16bit_calls_take_the_warp_specialized_kernel():
             assert select(hopper, dtype, d, mask_ext=True).kernel == select(hopper, dtype, d, "mma").kernel == "mma"
             with pytest.raises(NotImplementedError, match="warp-specialized"):
                 select(hopper, dtype, d, "ws", mask_ext=True)
-            with pytest.raises(ValueError, match="one block per work item"):
-                replace(spec, tile=replace(spec.tile, persistent=True)).defines
+            with pytest.raises(ValueError, match="one block per SM"):
+                replace(spec, tile=replace(spec.tile, min_blocks=2)).defines
         for d in (96, 128, 256):  # every sequence length
             assert select(hopper, dtype, d, seqlen_q=1) == select(hopper, dtype, d)
     with pytest.raises(NotImplementedError, match="no ws kernel"):
@@ -130,16 +130,6 @@ def test_min_blocks_reaches_the_launch_bounds():
     assert select(hopper, "float16", 128, "mma").defines["PA_MIN_BLOCKS"] == 1
     assert "PA_MIN_BLOCKS" not in select(hopper, "float32", 64, "simt").defines
     assert ",2/SM" in select(hopper, "bfloat16", 64, "mma").label
-
-
-def test_persistent_tiles_launch_a_block_per_multiprocessor_slot():
-    hopper = Target.for_arch("sm_90")
-    long = select(hopper, "float16", 128, "mma")
-    short = replace(long, tile=replace(long.tile, persistent=True))
-    assert short.tile.persistent and short.defines["PA_PERSISTENT"] == 1 and ",persistent" in short.label
-    assert not long.tile.persistent and long.defines["PA_PERSISTENT"] == 0
-    assert short.grid_blocks(10_000, 132) == 132 * short.tile.min_blocks and short.grid_blocks(100, 132) == 100
-    assert long.grid_blocks(10_000, 132) == 10_000
 
 
 def test_smem_limit_is_enforced(fake_device):
