@@ -121,6 +121,9 @@ def test_forced_matrix_unit_kernel(gen, d, causal):
     """With the matrix-unit kernel forced (PORTATTN_KERNEL=mma), it serves the calls the warp-specialized kernel takes
     on Hopper: GQA, Nq != Nk, ragged last tiles."""
     q = rand(gen, torch.bfloat16, 2, 4, 1500, d)
-    k, v = (rand(gen, torch.bfloat16, 2, 2, 1300, d) for _ in range(2))
+    k, v = (rand(gen, torch.bfloat16, 2, 2, 1500, d) for _ in range(2))
+    q2 = rand(gen, torch.bfloat16, 1, 2, 1000, d)
+    k2, v2 = (rand(gen, torch.bfloat16, 1, 2, 1300, d) for _ in range(2))
     with use_kernel("mma"):
         check(q, k, v, causal=causal)
+        check(q2, k2, v2, causal=causal)
