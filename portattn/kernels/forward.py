@@ -218,7 +218,6 @@ class FwdSpec(KernelSpec):
         return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)
 
 
-
 def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
            seqlen_q: int | None = None, mask_ext: bool = False) -> FwdSpec:
     """The forward variant for ``dtype`` and ``head_dim`` on ``target``: the matrix-unit kernel where the tables
@@ -352,5 +351,4 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
     if spec.kernel == "ws":
         _tensor_maps(spec, p, {"q": q, "k": k, "v": v}, target)
         maps = (("map_q", "q"), ("map_k", "k"), ("map_v", "v"))
-    return loader.Launch(target, fn, items, spec.tile.threads,
-                         spec.smem_bytes, p, tensor_maps=maps)
+    return loader.Launch(target, fn, items, spec.tile.threads, spec.smem_bytes, p, tensor_maps=maps)
