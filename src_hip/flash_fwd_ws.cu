@@ -90,25 +90,20 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     if (wg == CONSUMERS) {  // the copying warpgroup
         pa_regs_dec<COPY_REGS>();
         if (threadIdx.x % 128 == 0) {
-            constexpr int TILE_BYTES = KV * (int)sizeof(pa_elem);
-            pa_mbar_expect_bytes(q_full, pa_tile_elems<BM>() * (int)sizeof(pa_elem));
+            // Copy `rows` rows from row `row` of head `head` (this batch) into a tile, completing on `bar`.
+            auto copy = [&](pa_elem* tile, int rows, const PaTensorMap* map, int row, int head,
+                            unsigned long long* bar) {
+                pa_mbar_expect_bytes(bar, rows * COL_BLOCKS * 64 * (int)sizeof(pa_elem));
 #pragma unroll
-            for (int c = 0; c < COL_BLOCKS; ++c)
-                pa_tma_load4(q_s + c * BM * 64, &p.map_q, c * 64, (int)seq.q_start + row0, h, b, q_full);
+                for (int c = 0; c < COL_BLOCKS; ++c) pa_tma_load4(tile + c * rows * 64, map, c * 64, row, head, b, bar);
+            };
+            copy(q_s, BM, &p.map_q, (int)seq.q_start + row0, h, q_full);
             for (int t = 0; t < n_tiles; ++t) {
-                const int st = t % STAGES, n0 = (first + t) * BN;
+                const int st = t % STAGES, row = (int)seq.k_start + (first + t) * BN;
                 if (t >= STAGES) pa_mbar_wait(k_empty + st, (t / STAGES - 1) & 1);
-                pa_mbar_expect_bytes(k_full + st, TILE_BYTES);
-#pragma unroll
-                for (int c = 0; c < COL_BLOCKS; ++c)
-                    pa_tma_load4(k_s + st * KV + c * BN * 64, &p.map_k, c * 64, (int)seq.k_start + n0, blk.h_kv, b,
-                                 k_full + st);
+                copy(k_s + st * KV, BN, &p.map_k, row, blk.h_kv, k_full + st);
                 if (t >= STAGES) pa_mbar_wait(v_empty + st, (t / STAGES - 1) & 1);
-                pa_mbar_expect_bytes(v_full + st, TILE_BYTES);
-#pragma unroll
-                for (int c = 0; c < COL_BLOCKS; ++c)
-                    pa_tma_load4(v_s + st * KV + c * BN * 64, &p.map_v, c * 64, (int)seq.k_start + n0, blk.h_kv, b,
-                                 v_full + st);
+                copy(v_s + st * KV, BN, &p.map_v, row, blk.h_kv, v_full + st);
             }
         }
         return;
