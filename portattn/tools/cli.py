@@ -48,6 +48,9 @@ def _bench(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"portattn bench: --heads must be H or HQ:HK with HK dividing HQ, got {args.heads!r}", file=sys.stderr)
         return 2
+    if args.backward and heads[0] != heads[1]:
+        print("portattn bench: --backward times equal query and key/value heads only", file=sys.stderr)
+        return 2
     rows = run(args.dtype, args.head_dim, args.seqlen, [c == "yes" for c in args.causal], args.json,
                reps=args.reps, warmup=args.warmup, backward=args.backward, heads=heads, tokens=args.tokens)
     print()

@@ -129,3 +129,13 @@ def test_report_rows_name_the_tile_options_and_the_short_sequence_rows():
                         ReportRow("sm_90", short, res, "2 blocks/SM", f"at most {SHORT_SEQLEN} queries")])
     assert "| pa_flash_fwd_ws | float16 | 128 | 128x128, wgmma, 2 stages | 384 |" in text
     assert f"| float16 | 64 | 128x64, wgmma, 2/SM (at most {SHORT_SEQLEN} queries) | 256 |" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--heads", "3:2"], "--heads must be H or HQ:HK"),
+    (["--heads", "x"], "--heads must be H or HQ:HK"),
+    (["--heads", "32:8", "--backward"], "equal query and key/value heads"),
+])
+def test_bench_refuses_bad_heads(capsys, args, message):
+    assert main(["bench", *args]) == 2
+    assert message in capsys.readouterr().err
