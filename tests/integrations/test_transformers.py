@@ -3,7 +3,8 @@
 Three tiny random-weight models with fixed weights: Llama with grouped-query attention, Mistral with a sliding
 window shorter than the sequences, and Gemma 2 (attention logit softcapping, sliding and global layers alternating).
 The reference is ``attn_implementation="sdpa"``, and ``"eager"`` for Gemma 2: transformers' SDPA function drops the
-``softcap`` argument (``test_cpu_softcap_falls_back_to_eager`` shows that it changes the logits).
+``softcap`` argument (``test_cpu_softcap_falls_back_to_eager`` shows that it changes the logits where the installed
+transformers still builds Gemma 2 on SDPA; newer ones refuse to).
 
 Without a GPU: registration, the fallbacks (to SDPA, to the eager computation for softcap, once-per-reason
 warnings), the fallback rule on fake GPU tensors, and the whole mapping (masks, alignment, windows, softcap, GQA) with
@@ -222,9 +223,12 @@ def test_cpu_softcap_falls_back_to_eager(monkeypatch):
         with pytest.warns(UserWarning, match="eager computation"):
             got = build("gemma2", "portattn")(input_ids=ids, attention_mask=mask).logits[keep]
         eager = build("gemma2", "eager")(input_ids=ids, attention_mask=mask).logits[keep]
-        sdpa = build("gemma2", "sdpa")(input_ids=ids, attention_mask=mask).logits[keep]
+        # Newer transformers refuse to build Gemma 2 on SDPA; the versions that build it drop the softcap there.
+        sdpa = (build("gemma2", "sdpa")(input_ids=ids, attention_mask=mask).logits[keep]
+                if transformers.Gemma2ForCausalLM._supports_sdpa else None)
     torch.testing.assert_close(got, eager)
-    assert (sdpa - eager).abs().max() > 0.1, "SDPA drops softcap: its logits differ from eager's"
+    if sdpa is not None:
+        assert (sdpa - eager).abs().max() > 0.1, "SDPA drops softcap: its logits differ from eager's"
 
 
 @pytest.fixture
