@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Hashable
 
 from .backend import backend_for
@@ -55,8 +55,8 @@ def remember(cache: dict, key: Any, value: Any) -> Any:
 class Launch:
     """Everything of one launch that does not change between calls of the same signature (shapes, strides, dtype,
     options): the function, grid, block, shared memory and a parameter struct whose per-call fields (pointers,
-    scale) the caller sets on a copy. Families keep these per signature so that a call does no lookup beyond one
-    dictionary access."""
+    scale) the caller sets on a copy of the struct. Families keep these per signature so that a call does no lookup
+    beyond one dictionary access."""
 
     target: Target
     fn: Any
@@ -65,18 +65,49 @@ class Launch:
     smem_bytes: int
     params: ctypes.Structure
     overlap: bool = False  # launched to overlap the previous kernel's end (the kernel waits for it)
-    tensor_maps: tuple[tuple[str, str], ...] = ()  # (map field, pointer field): maps re-pointed on every call
+    # (map field, pointer field): bulk-copy maps at the start of the struct, pointed at each call's tensors
+    tensor_maps: tuple[tuple[str, str], ...] = ()
+    _per_thread: threading.local = field(default_factory=threading.local, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.tensor_maps:
+            struct = type(self.params)
+            spans = sorted((getattr(struct, m).offset, getattr(struct, m).size) for m, _ in self.tensor_maps)
+            if [offset for offset, _ in spans] != [sum(size for _, size in spans[:i]) for i in range(len(spans))]:
+                raise ValueError(f"the tensor maps of {struct.__name__} must be its first fields")
+            object.__setattr__(self, "_maps_end", spans[-1][0] + spans[-1][1])
 
     def __call__(self, stream_handle: int, **fields: Any) -> None:
         if self.tensor_maps:
-            driver = backend_for(self.target.vendor).driver
-            params = driver.aligned_struct(type(self.params))
-            ctypes.memmove(ctypes.addressof(params), ctypes.addressof(self.params), ctypes.sizeof(params))
+            params = self._mapped_params(fields)
         else:
             params = type(self.params).from_buffer_copy(self.params)
+            for name, value in fields.items():
+                setattr(params, name, value)
+        launch(self.target, self.fn, self.grid, self.threads, self.smem_bytes, params, stream_handle, self.overlap)
+
+    def _mapped_params(self, fields: dict[str, Any]) -> ctypes.Structure:
+        """The struct of a launch with tensor maps: one aligned copy per thread, kept between calls (the driver
+        copies the parameters at launch). Each call resets the fields after the maps to the template's and points
+        a map at its tensor only where the address changed: re-pointing is a driver call."""
+        state = self._per_thread
+        params = getattr(state, "params", None)
+        struct = type(self.params)
+        driver = backend_for(self.target.vendor).driver
+        if params is None:
+            params = driver.aligned_struct(struct)
+            ctypes.memmove(ctypes.addressof(params), ctypes.addressof(self.params), ctypes.sizeof(struct))
+            state.params, state.addresses = params, {}
+        else:
+            end = self._maps_end
+            ctypes.memmove(ctypes.addressof(params) + end, ctypes.addressof(self.params) + end,
+                           ctypes.sizeof(struct) - end)
         for name, value in fields.items():
             setattr(params, name, value)
+        addresses = state.addresses
         for map_name, pointer in self.tensor_maps:
-            driver.set_tensor_map_address(ctypes.addressof(params) + getattr(type(params), map_name).offset,
-                                          getattr(params, pointer))
-        launch(self.target, self.fn, self.grid, self.threads, self.smem_bytes, params, stream_handle, self.overlap)
+            address = fields[pointer]
+            if addresses.get(map_name) != address:
+                driver.set_tensor_map_address(ctypes.addressof(params) + getattr(struct, map_name).offset, address)
+                addresses[map_name] = address
+        return params

@@ -361,8 +361,9 @@ def run_decode(dtypes: list[str], head_dims: list[int], groups: list[tuple[int, 
 def host_overhead_us(calls: int = 2000, repeats: int = 3) -> dict[str, float]:
     """Wall-clock microseconds per eager call on tiny tensors (host cost), the best of ``repeats`` runs of ``calls``
     calls: SDPA, portattn.attention and SDPA routed by the patch, on decode-shaped calls (one query row over 64
-    keys, and over 4096 keys, which the decode kernels split: two launches) and a causal prefill call (64 rows),
-    float16, 2 heads, d = 64."""
+    keys, and over 4096 keys, which the decode kernels split: two launches) and causal prefill calls (64 rows),
+    float16, 2 heads, d = 64, and a prefill call at d = 128 (on Hopper the warp-specialized kernel, whose copy maps
+    are re-pointed at each call's tensors)."""
     import time
 
     from ..integrations.sdpa import patch_sdpa
@@ -383,11 +384,13 @@ def host_overhead_us(calls: int = 2000, repeats: int = 3) -> dict[str, float]:
     kv = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)
     kv_long = torch.randn(1, 2, 4096, 64, device="cuda", dtype=torch.float16)
     q1 = torch.randn(1, 2, 1, 64, device="cuda", dtype=torch.float16)
+    kv128 = torch.randn(1, 2, 64, 128, device="cuda", dtype=torch.float16)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     result = {}
     for shape, q, kv, causal in (("decode 1x2x1x64 over 64 keys", q1, kv, False),
                                  ("decode 1x2x1x64 over 4096 keys", q1, kv_long, False),
-                                 ("prefill 1x2x64x64 causal", kv, kv, True)):
+                                 ("prefill 1x2x64x64 causal", kv, kv, True),
+                                 ("prefill 1x2x64x128 causal", kv128, kv128, True)):
         result[f"{shape}: F.scaled_dot_product_attention"] = per_call(lambda: sdpa(q, kv, kv, is_causal=causal))
         result[f"{shape}: portattn.attention"] = per_call(lambda: attention(q, kv, kv, causal=causal))
         with patch_sdpa():

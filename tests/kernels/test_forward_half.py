@@ -1,5 +1,8 @@
 """float16 / bfloat16 attention (the matrix-unit kernel) against the float64 reference and SDPA's flash backend,
 on every target the machine executes that has a 16-bit kernel."""
+import contextvars
+import threading
+
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -113,6 +116,24 @@ def test_output_view_with_odd_row_stride(gen, dtype):
     portattn.attention(q, k, v, causal=True, out=out)
     assert relative_error(out, reference_attention(q, k, v, True)[0]) < 1e-2
     assert buf[..., 0].isnan().all()
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_repeated_signature_with_other_tensors(gen, d):
+    """Calls of one signature on other tensors, the same ones again, a mix of both and from another thread: each
+    call reads its own tensors (on Hopper the warp-specialized kernel's copy maps are re-pointed only where an
+    address changed)."""
+    sets = [[rand(gen, torch.bfloat16, 2, 2, 1100, d) for _ in range(3)] for _ in range(2)]
+    (qa, ka, va), (qb, kb, vb) = sets
+    for q, k, v in ((qa, ka, va), (qb, kb, vb), (qa, ka, va), (qa, kb, va), (qb, ka, vb)):
+        check(q, k, v, causal=True)
+    errors = []
+    context = contextvars.copy_context()  # the test's target
+    thread = threading.Thread(target=context.run, args=(lambda: errors.append(check(qb, kb, va, causal=True)),))
+    thread.start()
+    thread.join()
+    assert len(errors) == 1, "the call in the other thread failed"
+    check(qb, kb, va, causal=True)
 
 
 @pytest.mark.parametrize("causal", [False, True])
