@@ -1,7 +1,7 @@
 """Greedy generation speed with a Hugging Face transformers Llama (12 layers, 16 query heads on 4 key/value heads,
 d = 128, hidden 2048, random weights, bfloat16): tokens per second of ``model.generate`` with SDPA (its default
 backend), under ``portattn.patch_sdpa`` and with ``attn_implementation="portattn"``, same process and prompts,
-median of 5 runs after a warmup run. Prints a Markdown table."""
+median of 7 rounds (each runs the three in turn) after a warmup round. Prints a Markdown table."""
 from __future__ import annotations
 
 import statistics
@@ -16,18 +16,27 @@ import portattn.integrations.transformers  # noqa: F401  (registers attn_impleme
 NEW = 64
 
 
-def tokens_per_s(model, ids: torch.Tensor, patched: bool) -> float:
-    def run() -> float:
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        with portattn.patch_sdpa() if patched else torch.no_grad():
-            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
-                           do_sample=False, pad_token_id=0)
-        torch.cuda.synchronize()
-        return ids.shape[0] * NEW / (time.perf_counter() - start)
+def generate_tokens_per_s(model, ids: torch.Tensor, patched: bool) -> float:
+    """Tokens per second of one greedy generation of NEW tokens."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    with portattn.patch_sdpa() if patched else torch.no_grad():
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
+                       do_sample=False, pad_token_id=0)
+    torch.cuda.synchronize()
+    return ids.shape[0] * NEW / (time.perf_counter() - start)
 
-    run()
-    return statistics.median(run() for _ in range(5))
+
+def medians(runs: dict[str, tuple], rounds: int = 7) -> dict[str, float]:
+    """Median tokens/s of each configuration (model, ids, patched) over ``rounds`` rounds that run every
+    configuration once in turn, after one warmup round: a slow stretch of the host slows all of them alike."""
+    for args in runs.values():
+        generate_tokens_per_s(*args)
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, args in runs.items():
+            samples[name].append(generate_tokens_per_s(*args))
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def main() -> None:
@@ -47,9 +56,9 @@ def main() -> None:
         for batch in (1, 8):
             ids = torch.randint(1, config.vocab_size, (batch, prompt), device="cuda")
             with torch.no_grad():
-                sdpa = tokens_per_s(models["sdpa"], ids, False)
-                patched = tokens_per_s(models["sdpa"], ids, True)
-                native = tokens_per_s(models["portattn"], ids, False)
+                speed = medians({"sdpa": (models["sdpa"], ids, False), "patched": (models["sdpa"], ids, True),
+                                 "native": (models["portattn"], ids, False)})
+            sdpa, patched, native = speed["sdpa"], speed["patched"], speed["native"]
             print(f"| {prompt} | {batch} | {sdpa:.0f} | {patched:.0f} | {patched / sdpa:.2f} | {native:.0f} | "
                   f"{native / sdpa:.2f} |")
 

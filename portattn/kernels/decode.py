@@ -213,10 +213,18 @@ def splits(resident: int, base_blocks: int, keys: int, block_n: int, tile_bytes:
     return max(range(1, most + 1), key=lambda n: (fill(n), n))
 
 
+_resident: dict[tuple[DecodeSpec, Target], int] = {}
+
+
 def resident_blocks(spec: DecodeSpec, target: Target) -> int:
-    """Blocks of the attend kernel ``spec`` that ``target`` holds at once (compiles it when not cached)."""
-    res = compile_kernel(spec, target).resources
-    return target.multiprocessors * blocks_per_multiprocessor(res, spec.tile.threads, spec.smem_bytes, target)
+    """Blocks of the attend kernel ``spec`` that ``target`` holds at once (compiles it when not cached). Kept per
+    (spec, target): a call whose key length is new plans its launches, once per generated token."""
+    blocks = _resident.get((spec, target))
+    if blocks is None:
+        res = compile_kernel(spec, target).resources
+        blocks = target.multiprocessors * blocks_per_multiprocessor(res, spec.tile.threads, spec.smem_bytes, target)
+        _resident[(spec, target)] = blocks
+    return blocks
 
 
 def combine_groups(n_splits: int) -> int:

@@ -1,4 +1,6 @@
 """The decode kernels' automatic split count and the resident-block count it starts from, without a GPU."""
+from types import SimpleNamespace
+
 import pytest
 
 from portattn.kernels import decode
@@ -52,3 +54,19 @@ def test_resident_blocks_follow_shared_memory_and_registers():
     amd = Resources(registers=111, static_smem=0, spill_bytes=0, scratch_bytes=0)
     assert blocks_per_multiprocessor(amd, 256, 26368, gfx90a) == 2  # LDS: two 4-wave workgroups per CU
     assert blocks_per_multiprocessor(amd, 256, 65536, gfx90a) == 1  # at least one
+
+
+def test_resident_blocks_are_kept_per_variant(monkeypatch):
+    """Planning a call whose key length is new (once per generated token) reads the attend kernel's resources from
+    memory, not from the compiler's cache (which reads and hashes the sources)."""
+    compiled = []
+    res = Resources(registers=128, static_smem=0, spill_bytes=0, scratch_bytes=0)
+    monkeypatch.setattr(decode, "compile_kernel", lambda spec, target: compiled.append(spec) or SimpleNamespace(
+        resources=res))
+    monkeypatch.setattr(decode, "_resident", {})
+    sm90 = Target.for_arch("sm_90")
+    spec = decode.select(sm90, "bfloat16", 128, 4).attend
+    blocks = decode.resident_blocks(spec, sm90)
+    assert blocks == sm90.multiprocessors * blocks_per_multiprocessor(res, spec.tile.threads, spec.smem_bytes, sm90)
+    assert decode.resident_blocks(spec, sm90) == blocks
+    assert compiled == [spec]
