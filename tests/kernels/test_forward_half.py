@@ -119,6 +119,17 @@ def test_output_view_with_odd_row_stride(gen, dtype):
 
 
 @pytest.mark.parametrize("d", [64, 128])
+def test_broadcast_key_value_views(gen, d):
+    """Keys and values broadcast with ``expand`` (stride 0 along heads or batch), as code that widens one key/value
+    head to every query head passes them: read in place, same answers."""
+    q = rand(gen, torch.bfloat16, 2, 4, 1500, d)
+    k, v = (rand(gen, torch.bfloat16, 2, 1, 1500, d).expand(2, 4, 1500, d) for _ in range(2))
+    check(q, k, v, causal=True)
+    k, v = (rand(gen, torch.bfloat16, 1, 4, 1500, d).expand(2, 4, 1500, d) for _ in range(2))
+    check(q, k, v)
+
+
+@pytest.mark.parametrize("d", [64, 128])
 def test_repeated_signature_with_other_tensors(gen, d):
     """Calls of one signature on other tensors, the same ones again, a mix of both and from another thread: each
     call reads its own tensors (on Hopper the warp-specialized kernel's copy maps are re-pointed only where an
