@@ -55,8 +55,8 @@ def remember(cache: dict, key: Any, value: Any) -> Any:
 class Launch:
     """Everything of one launch that does not change between calls of the same signature (shapes, strides, dtype,
     options): the function, grid, block, shared memory and a parameter struct whose per-call fields (pointers,
-    scale) the caller sets on a copy of the struct. Families keep these per signature so that a call does no lookup
-    beyond one dictionary access."""
+    scale) each call sets on a copy (with tensor maps: on a struct kept per thread). Families keep these per
+    signature so that a call does no lookup beyond one dictionary access."""
 
     target: Target
     fn: Any
