@@ -21,11 +21,16 @@ _replays: dict[tuple, Replay] = {}
 def plain(tensors: tuple, aligned: tuple) -> bool:
     """Whether a call on ``tensors`` may replay: plain tensors that need no gradient, not while tracing, and those
     of ``aligned`` at 16-byte aligned addresses (the kernels read them in place)."""
-    if any(type(t) is not torch.Tensor for t in tensors) or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
         return False
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return False
-    return not any(t.data_ptr() & 15 for t in aligned)
+    grad = torch.is_grad_enabled()
+    for t in tensors:  # loops rather than any(...): this runs on every eager call
+        if type(t) is not torch.Tensor or (grad and t.requires_grad):
+            return False
+    for t in aligned:
+        if t.data_ptr() & 15:
+            return False
+    return True
 
 
 def signature(q: object, k: object, v: object, causal: object, scale: object, gqa: object) -> Optional[tuple]:
