@@ -32,6 +32,7 @@ import torch
 from ..kernels import backward, decode, forward
 from ..kernels.masking import CAUSAL, PLAIN, Masking, window_bounds
 from ..kernels.variant import forced_kernel, launch_target
+from ..runtime import loader
 from . import eager
 from .support import gpu_problem, mask_4d, mask_problem, options_problem, qkv_problem, sdpa_problem
 
@@ -118,11 +119,12 @@ _length_tensors: dict[tuple, torch.Tensor] = {}
 
 
 def _lengths(batch: int, keys: int, device: torch.device) -> torch.Tensor:
-    """int32 [batch] filled with ``keys`` on ``device`` (kept: it is the same for every call of a shape)."""
+    """int32 [batch] filled with ``keys`` on ``device``, kept for the calls of that shape (a bounded store: a cache
+    that grows by one key per generated token makes a new one every call)."""
     key = (batch, keys, device)
     t = _length_tensors.get(key)
     if t is None:
-        t = _length_tensors[key] = torch.full((batch,), keys, dtype=torch.int32, device=device)
+        t = loader.remember(_length_tensors, key, torch.full((batch,), keys, dtype=torch.int32, device=device))
     return t
 
 

@@ -67,3 +67,18 @@ def test_kvcache_replays_a_remembered_call(monkeypatch):
                               False, None, 0.0, None, None, None) is None
     assert kvcache._signature(q, cache, cache, lengths, None, None, None, True, None, 0, False, (4.0, 0), 0.0, None,
                               None, None) is None
+
+
+def test_decode_length_tensors_are_bounded(monkeypatch):
+    """Decode-shaped calls keep an int32 length tensor per (batch, keys); with a new key count every call (a cache
+    growing by one key per token) the store starts over at its bound instead of growing."""
+    from portattn.ops import attention as ops
+    from portattn.runtime import loader
+
+    monkeypatch.setattr(loader, "SIGNATURES_KEPT", 8)
+    monkeypatch.setattr(ops, "_length_tensors", {})
+    for keys in range(100, 120):
+        t = ops._lengths(3, keys, torch.device("cpu"))
+        assert t.dtype == torch.int32 and t.tolist() == [keys] * 3
+        assert len(ops._length_tensors) <= 8
+    assert ops._lengths(3, 119, torch.device("cpu")) is t  # kept while the store holds it
