@@ -1,5 +1,11 @@
-"""The launch-state caches of the kernel families stay bounded."""
+"""The launch-state caches of the kernel families stay bounded; launches with tensor maps keep their struct."""
+import ctypes
+import threading
+
+import pytest
+
 from portattn.runtime import loader
+from portattn.runtime.target import Target
 
 
 def test_remember_keeps_at_most_the_limit_and_returns_the_value(monkeypatch):
@@ -13,8 +19,6 @@ def test_remember_keeps_at_most_the_limit_and_returns_the_value(monkeypatch):
 def test_overlapping_launch_structs_match_the_cuda_driver_layout():
     """CUlaunchAttribute is an id, padding to 8 bytes and a 64-byte value union; CUlaunchConfig seven unsigned
     ints, the stream, the attribute pointer and their count (cuda.h)."""
-    import ctypes
-
     from portattn.runtime import cuda_driver as c
 
     assert (ctypes.sizeof(c._LaunchAttribute), c._LaunchAttribute.value.offset) == (72, 8)
@@ -37,3 +41,44 @@ def test_overlapping_launch_configurations_are_made_once_and_stay_bounded(monkey
     for stream in range(10):
         c._overlap_config(fn, (4, 1, 1), (64, 1, 1), 1024, stream)
         assert len(fn.overlap_configs) <= 2
+
+
+def test_launches_with_tensor_maps_repoint_only_what_changed(monkeypatch):
+    """A launch with tensor maps sets each call's fields on a 128-byte aligned struct kept per thread: the fields
+    after the maps start from the template every call, and a map is re-pointed only when its tensor moved."""
+    from portattn.kernels.forward import FwdParams
+    from portattn.runtime import cuda_driver
+
+    repointed, launched = [], []
+    monkeypatch.setattr(cuda_driver, "set_tensor_map_address", lambda at, address: repointed.append((at, address)))
+    monkeypatch.setattr(loader, "launch", lambda *args: launched.append(args[5]))
+    maps = (("map_q", "q"), ("map_k", "k"), ("map_v", "v"))
+    launch = loader.Launch(Target.for_arch("sm_90"), None, 1, 384, 0, FwdParams(batch=2, scale=0.5), tensor_maps=maps)
+
+    def repointed_maps() -> list:
+        base = ctypes.addressof(launched[-1])
+        return [(at - base, address) for at, address in repointed]
+
+    launch(7, q=0x1000, k=0x2000, v=0x3000, scale=1.0)
+    assert ctypes.addressof(launched[-1]) % 128 == 0
+    assert repointed_maps() == [(FwdParams.map_q.offset, 0x1000), (FwdParams.map_k.offset, 0x2000),
+                                (FwdParams.map_v.offset, 0x3000)]
+    assert (launched[-1].batch, launched[-1].scale, launched[-1].q) == (2, 1.0, 0x1000)
+    repointed.clear()
+    launch(7, q=0x1000, k=0x2000, v=0x3000)
+    assert repointed == [] and launched[-1].scale == 0.5  # nothing moved; scale back to the template's
+    launch(7, q=0x1000, k=0x4000, v=0x3000, scale=2.0)
+    assert repointed_maps() == [(FwdParams.map_k.offset, 0x4000)] and launched[-1].k == 0x4000
+    repointed.clear()
+    other = threading.Thread(target=launch, args=(7,), kwargs=dict(q=0x1000, k=0x4000, v=0x3000))
+    other.start()
+    other.join()
+    assert len(repointed) == 3 and launched[-1] is not launched[-2]  # the other thread's own struct, all maps
+
+
+def test_tensor_maps_must_lead_the_struct():
+    class Late(ctypes.Structure):
+        _fields_ = [("a", ctypes.c_int64), ("m", ctypes.c_uint64 * 16)]
+
+    with pytest.raises(ValueError, match="must be its first fields"):
+        loader.Launch(Target.for_arch("sm_90"), None, 1, 128, 0, Late(), tensor_maps=(("m", "a"),))
