@@ -70,12 +70,16 @@ class Launch:
     _per_thread: threading.local = field(default_factory=threading.local, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.tensor_maps:
+        if self.tensor_maps:  # each map's offset, and where the maps end: they must lead the struct
             struct = type(self.params)
-            spans = sorted((getattr(struct, m).offset, getattr(struct, m).size) for m, _ in self.tensor_maps)
-            if [offset for offset, _ in spans] != [sum(size for _, size in spans[:i]) for i in range(len(spans))]:
-                raise ValueError(f"the tensor maps of {struct.__name__} must be its first fields")
-            object.__setattr__(self, "_maps_end", spans[-1][0] + spans[-1][1])
+            members = [getattr(struct, map_name) for map_name, _ in self.tensor_maps]
+            end = 0
+            for member in sorted(members, key=lambda m: m.offset):
+                if member.offset != end:
+                    raise ValueError(f"the tensor maps of {struct.__name__} must be its first fields")
+                end += member.size
+            object.__setattr__(self, "_map_offsets", tuple(member.offset for member in members))
+            object.__setattr__(self, "_maps_end", end)
 
     def __call__(self, stream_handle: int, **fields: Any) -> None:
         if self.tensor_maps:
@@ -97,7 +101,7 @@ class Launch:
         if params is None:
             params = driver.aligned_struct(struct)
             ctypes.memmove(ctypes.addressof(params), ctypes.addressof(self.params), ctypes.sizeof(struct))
-            state.params, state.addresses = params, {}
+            state.params, state.addresses = params, [None] * len(self.tensor_maps)
         else:
             end = self._maps_end
             ctypes.memmove(ctypes.addressof(params) + end, ctypes.addressof(self.params) + end,
@@ -105,9 +109,9 @@ class Launch:
         for name, value in fields.items():
             setattr(params, name, value)
         addresses = state.addresses
-        for map_name, pointer in self.tensor_maps:
+        for i, (_, pointer) in enumerate(self.tensor_maps):
             address = fields[pointer]
-            if addresses.get(map_name) != address:
-                driver.set_tensor_map_address(ctypes.addressof(params) + getattr(struct, map_name).offset, address)
-                addresses[map_name] = address
+            if addresses[i] != address:
+                driver.set_tensor_map_address(ctypes.addressof(params) + self._map_offsets[i], address)
+                addresses[i] = address
         return params
