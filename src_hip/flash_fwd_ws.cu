@@ -39,9 +39,13 @@ constexpr int ON = D / PA_MMA_N;                 // output column tiles
 constexpr int COL_BLOCKS = (D + 63) / 64;        // 64-column blocks of a shared row (one copy each)
 constexpr int KV = pa_tile_elems<BN>();          // elements of one K or V buffer
 constexpr bool PINGPONG = CONSUMERS == 2;
-// Registers per thread after the reallocation: the copying warpgroup keeps few; the rest share 64K.
+// Registers per thread after the reallocation (setmaxnreg), out of what the block holds at launch: the launch bound's
+// LAUNCH_REGS per thread (ptxas uses them all: the computing warpgroups' code needs more). The copying warpgroup keeps
+// few; the computing ones share the rest (240 each for two, 160 for three). Asking for more than the block holds
+// would leave a warpgroup waiting forever.
+constexpr int LAUNCH_REGS = 65536 / PA_THREADS / 8 * 8;
 constexpr int COPY_REGS = 24;
-constexpr int MMA_REGS = (65536 / 128 - COPY_REGS) / CONSUMERS / 8 * 8;
+constexpr int MMA_REGS = ((CONSUMERS + 1) * LAUNCH_REGS - COPY_REGS) / CONSUMERS / 8 * 8;
 
 static_assert(CONSUMERS >= 1 && BM == 64 * CONSUMERS, "64 query rows per computing warpgroup");
 static_assert(STAGES >= 2, "at least two K and two V buffers");

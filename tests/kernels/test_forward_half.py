@@ -74,6 +74,18 @@ def test_nq_ne_nk(gen, dtype, d, nq, nk, causal):
     check(q, k, v, causal=causal)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("nq,nk", [(1300, 1300), (1300, 700), (700, 1300)])
+@pytest.mark.parametrize("d", [64, 128])
+def test_more_query_blocks_than_multiprocessors(gen, d, nq, nk, causal):
+    # Several query blocks per SM (80 heads of 6-11 query blocks each, an odd count among them), grouped heads, and
+    # causal masks with Nq != Nk that leave some query blocks few or no keys.
+    q = rand(gen, torch.bfloat16, 2, 40, nq, d)
+    k, v = (rand(gen, torch.bfloat16, 2, 8, nk, d) for _ in range(2))
+    check(q, k, v, causal=causal, against_sdpa=False)
+    check(q[:, :8], k, v, causal=causal)
+
+
 @pytest.mark.parametrize("hq,hk", [(8, 2), (6, 1)])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 def test_gqa_bshd_and_scale(gen, dtype, hq, hk):
