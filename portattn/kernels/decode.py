@@ -21,6 +21,7 @@ number of splits comes from the shape and the GPU's multiprocessor count (``spli
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
@@ -142,10 +143,23 @@ class DecodePlan:
     combine: DecodeSpec
 
 
+# select's answers: a call whose key length is new plans its launches (once per generated token). Whoever changes
+# DECODE_TILES at run time (scripts/tune_decode.py) clears it.
+_selected: dict[tuple, DecodePlan] = {}
+
+
 def select(target: Target, dtype: str, head_dim: int, packed_rows: int = 1, mask_ext: bool = False) -> DecodePlan:
     """The decode kernels for ``dtype`` and ``head_dim`` on ``target``, for ``packed_rows`` query rows per
     key/value head (query heads per key/value head times query positions); ``mask_ext``: the attend kernel's
     extended-mask build."""
+    key = (target, dtype, head_dim, packed_rows, mask_ext)
+    plan = _selected.get(key)
+    if plan is None:
+        plan = loader.remember(_selected, key, _select(target, dtype, head_dim, packed_rows, mask_ext))
+    return plan
+
+
+def _select(target: Target, dtype: str, head_dim: int, packed_rows: int, mask_ext: bool) -> DecodePlan:
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -209,6 +223,13 @@ def splits(resident: int, base_blocks: int, keys: int, block_n: int, tile_bytes:
     most = max(1, min(-(-SPLIT_ROUNDS * resident // base), keys // (MIN_SPLIT_TILES * block_n), MAX_SPLITS))
     if base * -(-keys // block_n) * tile_bytes <= LONG_CALL_BYTES:
         most = min(most, max(1, -(-BYTES_IN_FLIGHT // (tile_bytes * base))))
+    return _best_filling(resident, base, most)
+
+
+@functools.lru_cache(maxsize=1024)
+def _best_filling(resident: int, base: int, most: int) -> int:
+    """Of 1..most splits of ``base`` blocks, the count whose last round of ``resident`` blocks is fullest (to two
+    decimals; ties: the most splits). Kept: calls of a cache that grows one key per token mostly ask the same."""
     fill = lambda n: round(base * n / (-(-base * n // resident) * resident), 2)  # noqa: E731
     return max(range(1, most + 1), key=lambda n: (fill(n), n))
 

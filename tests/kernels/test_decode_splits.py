@@ -70,3 +70,28 @@ def test_resident_blocks_are_kept_per_variant(monkeypatch):
     assert blocks == sm90.multiprocessors * blocks_per_multiprocessor(res, spec.tile.threads, spec.smem_bytes, sm90)
     assert decode.resident_blocks(spec, sm90) == blocks
     assert compiled == [spec]
+
+
+@pytest.mark.parametrize("resident", [132, 528, 1056])
+def test_kept_split_choice_is_the_fullest_last_round(resident):
+    """The kept choice (by resident blocks, bases and the most splits allowed) is, over every count allowed, the
+    one whose last round of resident blocks is fullest, to two decimals, ties going to more splits."""
+    for base in (1, 3, 8, 32, 100, 257):
+        for most in (1, 2, 17, 64, 256):
+            fills = {n: round(base * n / (-(-base * n // resident) * resident), 2) for n in range(1, most + 1)}
+            best = max(fills.values())
+            assert decode._best_filling(resident, base, most) == max(n for n, f in fills.items() if f == best)
+
+
+def test_selection_is_kept_per_call_shape(monkeypatch):
+    """select answers from memory after the first call of a (target, dtype, head dim, rows, mask build), and gives
+    what a fresh selection gives."""
+    monkeypatch.setattr(decode, "_selected", {})
+    sm90 = Target.for_arch("sm_90")
+    first = decode.select(sm90, "bfloat16", 128, 4)
+    assert decode.select(sm90, "bfloat16", 128, 4) is first
+    assert first == decode._select(sm90, "bfloat16", 128, 4, False)
+    wide = decode.select(sm90, "bfloat16", 128, 64)
+    assert wide.attend.tile.block_m == 64 and first.attend.tile.block_m == 16
+    with pytest.raises(ValueError, match="head dim"):
+        decode.select(sm90, "bfloat16", 100, 4)
