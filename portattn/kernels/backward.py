@@ -55,11 +55,13 @@ _NV_DKDV = rows(HALF, {
     128: T(block_m=32, block_n=64, threads=128, split=2, stages=2),
 })
 # sm_90: the warpgroup MMA for the 16-bit head dims that are multiples of 64 (64-query tiles, 64 keys per
-# warpgroup).
+# warpgroup). float32 d = 96 / 128: 16-query tiles hold the whole head dim's dK and dV without a column split, so S
+# and dP are computed once: 1.3x (d = 96) and 1.5-1.6x (d = 128) the split tile's speed (d = 64 stays: 16-query
+# tiles ran 0.88x there).
 _SM90_DKDV = _NV_DKDV | rows(HALF, {
     64: T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
     128: T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
-})
+}) | rows(F32, {d: T(block_m=16, block_n=64, threads=128, stages=2) for d in (96, 128)})
 # dQ kernel (block_m queries per block, block_n keys per streamed tile), matrix units.
 _NV_DQ = rows(HALF, {
     32: T(block_m=64, block_n=64, threads=128),
@@ -73,6 +75,8 @@ _NV_DQ = rows(HALF, {
     96: T(block_m=64, block_n=32, threads=128, split=2),
     128: T(block_m=64, block_n=32, threads=128, split=2),
 })
+# sm_90, float32 d = 128: the deterministic dQ kernel without a column split, 1.3x faster.
+_SM90_DQ = _NV_DQ | rows(F32, {128: T(block_m=64, block_n=32, threads=128)})
 # 99 KiB of shared memory (sm86, sm89).
 _NV_DKDV_SMALL_SMEM = _NV_DKDV | rows(HALF, {
     96: T(block_m=32, block_n=64, threads=128, stages=2),
@@ -120,7 +124,7 @@ DKDV_TILES: dict[str, Rows] = {
     "rdna3": {}, "rdna4": {},
 }
 DQ_TILES: dict[str, Rows] = {
-    "sm80": _NV_DQ, "sm86": _NV_DQ_SMALL_SMEM, "sm90": _NV_DQ,
+    "sm80": _NV_DQ, "sm86": _NV_DQ_SMALL_SMEM, "sm90": _SM90_DQ,
     "cdna1": _AMD_DQ_NO_BF16, "cdna2": _AMD_DQ, "cdna3": _AMD_DQ, "cdna4": _AMD_DQ, "rdna3": {}, "rdna4": {},
 }
 # Extended-mask builds (PA_MASK_EXT): dK/dV rows that differ. On CDNA the bfloat16 kernel's 64-row query tiles at
