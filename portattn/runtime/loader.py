@@ -68,9 +68,11 @@ class Launch:
     # (map field, pointer field): bulk-copy maps at the start of the struct, pointed at each call's tensors
     tensor_maps: tuple[tuple[str, str], ...] = ()
     _per_thread: threading.local = field(default_factory=threading.local, init=False, repr=False, compare=False)
+    _map_offsets: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)  # by tensor_maps entry
+    _maps_end: int = field(default=0, init=False, repr=False, compare=False)  # the first byte after the maps
 
     def __post_init__(self) -> None:
-        if self.tensor_maps:  # each map's offset, and where the maps end: they must lead the struct
+        if self.tensor_maps:  # they must lead the struct
             struct = type(self.params)
             members = [getattr(struct, map_name) for map_name, _ in self.tensor_maps]
             end = 0
@@ -82,36 +84,36 @@ class Launch:
             object.__setattr__(self, "_maps_end", end)
 
     def __call__(self, stream_handle: int, **fields: Any) -> None:
+        params = self._kept_params() if self.tensor_maps else type(self.params).from_buffer_copy(self.params)
+        for name, value in fields.items():
+            setattr(params, name, value)
         if self.tensor_maps:
-            params = self._mapped_params(fields)
-        else:
-            params = type(self.params).from_buffer_copy(self.params)
-            for name, value in fields.items():
-                setattr(params, name, value)
+            self._repoint_maps(params, fields)
         launch(self.target, self.fn, self.grid, self.threads, self.smem_bytes, params, stream_handle, self.overlap)
 
-    def _mapped_params(self, fields: dict[str, Any]) -> ctypes.Structure:
+    def _kept_params(self) -> ctypes.Structure:
         """The struct of a launch with tensor maps: one aligned copy per thread, kept between calls (the driver
-        copies the parameters at launch). Each call resets the fields after the maps to the template's and points
-        a map at its tensor only where the address changed: re-pointing is a driver call."""
+        copies the parameters at launch), its fields after the maps reset to the template's."""
         state = self._per_thread
         params = getattr(state, "params", None)
         struct = type(self.params)
-        driver = backend_for(self.target.vendor).driver
         if params is None:
-            params = driver.aligned_struct(struct)
+            params = backend_for(self.target.vendor).driver.aligned_struct(struct)
             ctypes.memmove(ctypes.addressof(params), ctypes.addressof(self.params), ctypes.sizeof(struct))
             state.params, state.addresses = params, [None] * len(self.tensor_maps)
         else:
             end = self._maps_end
             ctypes.memmove(ctypes.addressof(params) + end, ctypes.addressof(self.params) + end,
                            ctypes.sizeof(struct) - end)
-        for name, value in fields.items():
-            setattr(params, name, value)
-        addresses = state.addresses
+        return params
+
+    def _repoint_maps(self, params: ctypes.Structure, fields: dict[str, Any]) -> None:
+        """Point each map of this thread's struct at its call's tensor, only where the address changed: re-pointing
+        is a driver call."""
+        addresses = self._per_thread.addresses
         for i, (_, pointer) in enumerate(self.tensor_maps):
             address = fields[pointer]
             if addresses[i] != address:
-                driver.set_tensor_map_address(ctypes.addressof(params) + self._map_offsets[i], address)
+                backend_for(self.target.vendor).driver.set_tensor_map_address(
+                    ctypes.addressof(params) + self._map_offsets[i], address)
                 addresses[i] = address
-        return params
