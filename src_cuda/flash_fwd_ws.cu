@@ -1,18 +1,24 @@
 // FlashAttention forward for Hopper (sm_90a), warp-specialized: float16 or bfloat16 (PA_BF16) inputs, float32
-// accumulation and softmax.
+// accumulation and softmax; or float32 inputs (PA_F32) as three TF32 products on the warpgroup MMA.
 //
-// A block computes PA_BLOCK_M query rows of one (batch, head) with PA_THREADS / 128 warpgroups. The last warpgroup
-// copies: one of its threads issues bulk tensor copies (pa_prelude_tma.cuh) of the block's Q and of each K and V
-// tile into PA_TMA_STAGES buffers, each completing on its transaction barrier, and refills a buffer once the
-// computing warps have released it: K as soon as its scores are done, V once its P·V is. The copying warpgroup gives
-// most of its registers to the others. The other warpgroups compute 64 query rows each on the warpgroup MMA
-// (pa_tile.cuh), as the matrix-unit kernel does: Q·K^T of tile t and P·V of tile t - 1 are issued together and the
-// softmax of tile t overlaps P·V. Two computing warpgroups take turns issuing their products (two named barriers),
-// so that one's softmax runs while the other's products have the unit. Masks: none or causal (the plain build,
-// pa_mask.cuh); the maps read past the sequence as zeros, and the softmax masks those keys.
+// A block computes PA_BLOCK_M query rows of one (batch, head) with PA_THREADS / 128 warpgroups. The first
+// PA_BLOCK_M / 64 compute, the rest copy. One thread of the first copying warpgroup issues bulk tensor copies
+// (pa_prelude_tma.cuh) of the block's Q and of each K and V tile into PA_TMA_STAGES buffers, each completing on its
+// transaction barrier, and refills a buffer once the computing warps have released it: K as soon as its scores are
+// done, V once its P·V is. The copying warpgroups give most of their registers to the others. The computing warpgroups
+// take 64 query rows each on the warpgroup MMA (pa_tile.cuh), as the matrix-unit kernel does: Q·K^T of tile t and P·V
+// of tile t - 1 are issued together and the softmax of tile t overlaps P·V. Two computing warpgroups take turns issuing
+// their products (two named barriers), so that one's softmax runs while the other's products have the unit. Masks: none
+// or causal (the plain build, pa_mask.cuh); the maps read past the sequence as zeros, and the softmax masks those keys.
 //
-// Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80 or 128), PA_THREADS, PA_TMA_STAGES,
-// PA_SMEM_BYTES, PA_BF16, PA_MMA_WGMMA (1).
+// float32: the unit reads split tiles (pa_tile.cuh). The copying warpgroups' other warps make them: each K tile is
+// split in place into its TF32 part and a second tile of the rest, and each V tile, copied into one of two landing
+// buffers, is written transposed into its two parts. The computing warpgroups wait for those (the ready barriers)
+// instead of the copies, and split their own Q rows before the first tile. P·V of a tile is summed apart and added to
+// the output in the registers (the unit's accumulation truncates).
+//
+// Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80 or 128; float32: 32 or 64), PA_THREADS,
+// PA_TMA_STAGES, PA_SMEM_BYTES, PA_BF16 or PA_F32, PA_MMA_WGMMA (1).
 #include "pa_fwd_params.cuh"
 #include "pa_softmax.cuh"
 #include "pa_tile.cuh"
@@ -32,43 +38,119 @@ constexpr int D = PA_HEAD_DIM;
 constexpr int BM = PA_BLOCK_M;
 constexpr int BN = PA_BLOCK_N;
 constexpr int STAGES = PA_TMA_STAGES;
-constexpr int CONSUMERS = PA_THREADS / 128 - 1;  // computing warpgroups
-constexpr int SN = BN / PA_MMA_N;                // score column tiles
-constexpr int ON = D / PA_MMA_N;                 // output column tiles
-constexpr int COL_BLOCKS = (D + 63) / 64;        // 64-column blocks of a shared row (one copy each)
-constexpr int KV = pa_tile_elems<BN>();          // elements of one K or V buffer
+constexpr int CONSUMERS = BM / 64;                           // computing warpgroups
+constexpr int COPIERS = PA_THREADS / 128 - CONSUMERS;        // copying warpgroups
+constexpr int SN = BN / PA_MMA_N;                            // score column tiles
+constexpr int ON = D / PA_MMA_N;                             // output column tiles
+constexpr int ROW_ELEMS = PA_TILE_ROW_ELEMS;                 // elements of a 128-byte shared row
+constexpr int COL_BLOCKS = (D + ROW_ELEMS - 1) / ROW_ELEMS;  // column blocks of a shared row (one copy each)
+constexpr int KV = pa_tile_elems<BN>();                      // elements of one K or V tile
+constexpr bool F32 = PA_F32;
+constexpr int PARTS = F32 ? 2 : 1;      // tiles per operand: float32 splits each into a TF32 part and the rest
+constexpr int V_LANDING = F32 ? 2 : 0;  // float32: V tiles land here and are written transposed into their stage
+// float32: the copying warpgroups' threads that split and transpose (all but the first warp, which copies)
+constexpr int CONVERTERS = F32 ? COPIERS * 128 - PA_WARP_SIZE : 0;
+constexpr int BARRIERS = 1 + 4 * STAGES + (F32 ? 2 * STAGES + 2 * V_LANDING : 0);
 constexpr bool PINGPONG = CONSUMERS == 2;
 // Registers per thread after the reallocation (setmaxnreg), out of what the block holds at launch: the launch bound's
-// LAUNCH_REGS per thread (ptxas uses them all: the computing warpgroups' code needs more). The copying warpgroup keeps
-// few; the computing ones share the rest (240 each for two, 160 for three). Asking for more than the block holds
-// would leave a warpgroup waiting forever.
+// LAUNCH_REGS per thread (ptxas uses them all: the computing warpgroups' code needs more). The copying warpgroups keep
+// few; the computing ones share the rest, at most 256 each (240 each for two, 160 for three). Asking for more than
+// the block holds would leave a warpgroup waiting forever. A block of 256 threads holds 256 registers per thread at
+// launch: every warpgroup keeps what it has.
 constexpr int LAUNCH_REGS = 65536 / PA_THREADS / 8 * 8;
-constexpr int COPY_REGS = 24;
-constexpr int MMA_REGS = ((CONSUMERS + 1) * LAUNCH_REGS - COPY_REGS) / CONSUMERS / 8 * 8;
+constexpr int COPY_REGS = F32 ? 56 : 24;  // float32: the splitting threads hold a few tiles' addresses
+constexpr int MMA_REGS_SHARE = (PA_THREADS / 128 * LAUNCH_REGS - COPIERS * COPY_REGS) / CONSUMERS / 8 * 8;
+constexpr int MMA_REGS = MMA_REGS_SHARE < 256 ? MMA_REGS_SHARE : 256;
+constexpr bool REALLOCATE = PA_THREADS > 256;
 
 static_assert(CONSUMERS >= 1 && BM == 64 * CONSUMERS, "64 query rows per computing warpgroup");
+static_assert(COPIERS == 1 || (F32 && COPIERS <= 3), "one copying warpgroup (float32: up to three)");
 static_assert(STAGES >= 2, "at least two K and two V buffers");
-// Q, STAGES K and V buffers, the barriers (Q, then full K, full V, empty K and empty V, STAGES each), and the slack
-// that aligns the tiles to 1024 bytes.
+static_assert(!F32 || (BN % PA_WARP_SIZE == 0 && D % PA_TILE_CHUNK == 0), "float32 V tiles are transposed by warps");
+// Q, STAGES K and V buffers (each as PARTS tiles), the V landing buffers, the barriers (Q, then full K, full V, empty
+// K and empty V, STAGES each; float32: ready K and ready V, STAGES each, and full and empty landing buffers), and the
+// slack that aligns the tiles to 1024 bytes.
 static_assert(PA_SMEM_BYTES ==
-                  (int)sizeof(pa_elem) * (pa_tile_elems<BM>() + 2 * STAGES * KV) + 8 * (1 + 4 * STAGES) + 1024 - 16,
+                  (int)sizeof(pa_elem) * (PARTS * pa_tile_elems<BM>() + (2 * PARTS * STAGES + V_LANDING) * KV) +
+                      8 * BARRIERS + 1024 - 16,
               "the host's shared-memory size (PA_SMEM_BYTES) does not match this kernel's tiles");
 
-// The turn barrier of computing warpgroup w (ids 1 and 2; 0 is __syncthreads').
+// The turn barrier of computing warpgroup w (ids 1 and 2; 0 is __syncthreads'), and its own barrier (3, 4).
 PA_DEVICE int turn_barrier(int w) { return 1 + w; }
+PA_DEVICE int group_barrier(int w) { return 3 + w; }
+
+#if PA_F32
+// float32, one of the CONVERTERS threads (`id`): split the K tiles in place and transpose the V tiles into their
+// stages, tile by tile, for the computing warpgroups.
+PA_DEVICE void convert_tiles(int id, int n_tiles, pa_elem* k_s, pa_elem* v_s, pa_elem* v_land,
+                             unsigned long long* k_full, unsigned long long* k_ready, unsigned long long* v_ready,
+                             unsigned long long* v_empty, unsigned long long* land_full,
+                             unsigned long long* land_empty) {
+    constexpr int WARPS = CONVERTERS / PA_WARP_SIZE;
+    constexpr int CHUNKS = KV / PA_TILE_CHUNK;                      // 16-byte chunks of a K tile
+    constexpr int TASKS = BN / PA_WARP_SIZE * (D / PA_TILE_CHUNK);  // (key group, column chunk) pairs of a V tile
+    const int warp = id / PA_WARP_SIZE, lane = pa_lane_id();
+    for (int t = 0; t < n_tiles; ++t) {
+        const int st = t % STAGES, land = t % V_LANDING;
+        pa_elem* k = k_s + st * PARTS * KV;
+        pa_mbar_wait(k_full + st, (t / STAGES) & 1);
+        // Compile-time trip counts, unrolled: a thread's loads go out together.
+#pragma unroll 4
+        for (int r = 0; r < (CHUNKS + CONVERTERS - 1) / CONVERTERS; ++r) {
+            const int i = (id + r * CONVERTERS) * PA_TILE_CHUNK;
+            if (CHUNKS % CONVERTERS == 0 || i < KV) pa_tile_split4(k + i, k + KV + i);
+        }
+        pa_wgmma_smem_fence();
+        pa_mbar_arrive(k_ready + st);
+
+        pa_elem* v = v_s + st * PARTS * KV;
+        const pa_elem* in = v_land + land * KV;
+        pa_mbar_wait(land_full + land, (t / V_LANDING) & 1);
+        if (t >= STAGES) pa_mbar_wait(v_empty + st, (t / STAGES - 1) & 1);
+#pragma unroll 4
+        for (int r = 0; r < (TASKS + WARPS - 1) / WARPS; ++r) {
+            const int task = warp + r * WARPS;
+            if (TASKS % WARPS != 0 && task >= TASKS) break;
+            const int key = task / (D / PA_TILE_CHUNK) * PA_WARP_SIZE + lane,
+                      c = task % (D / PA_TILE_CHUNK) * PA_TILE_CHUNK;
+            const float4 x = pa_load4(in + pa_tile_offset<BN>(key, c));
+            const float xs[4] = {x.x, x.y, x.z, x.w};
+            const int col = pa_tile_vt_column(key);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                unsigned big, small;
+                pa_tf32_split(xs[e], big, small);
+                const int at = pa_tile_offset<D>(c + e, col - col % PA_TILE_CHUNK) + col % PA_TILE_CHUNK;
+                v[at] = __uint_as_float(big);
+                v[KV + at] = __uint_as_float(small);
+            }
+        }
+        pa_mbar_arrive(land_empty + land);
+        pa_wgmma_smem_fence();
+        pa_mbar_arrive(v_ready + st);
+    }
+}
+#endif  // PA_F32
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(const __grid_constant__ PaFwdParams p) {
     extern __shared__ float4 pa_smem4[];
-    pa_elem* q_s = pa_tile_base(pa_smem4);     // BM rows
-    pa_elem* k_s = q_s + pa_tile_elems<BM>();  // STAGES tiles of BN rows
-    pa_elem* v_s = k_s + STAGES * KV;          // STAGES tiles of BN rows
-    unsigned long long* q_full = reinterpret_cast<unsigned long long*>(v_s + STAGES * KV);
+    pa_elem* q_s = pa_tile_base(pa_smem4);             // BM rows (PARTS tiles)
+    pa_elem* k_s = q_s + PARTS * pa_tile_elems<BM>();  // STAGES buffers of BN rows (PARTS tiles each)
+    pa_elem* v_s = k_s + STAGES * PARTS * KV;          // STAGES buffers of BN rows (float32: transposed)
+    pa_elem* v_land = v_s + STAGES * PARTS * KV;       // float32: V_LANDING tiles of BN rows
+    unsigned long long* q_full = reinterpret_cast<unsigned long long*>(v_land + V_LANDING * KV);
     unsigned long long* k_full = q_full + 1;         // K of the buffer has landed
-    unsigned long long* v_full = k_full + STAGES;    // V of the buffer has landed
+    unsigned long long* v_full = k_full + STAGES;    // V of the buffer has landed (16-bit)
     unsigned long long* k_empty = v_full + STAGES;   // every computing warp is done with the buffer's K
     unsigned long long* v_empty = k_empty + STAGES;  // every computing warp is done with the buffer's V
+    // float32: the buffer's split K / transposed V are written; the landing buffer's V has landed / been read. The
+    // computing warps wait for the ready barriers, which for 16-bit inputs are the full ones.
+    unsigned long long* k_ready = F32 ? v_empty + STAGES : k_full;
+    unsigned long long* v_ready = F32 ? k_ready + STAGES : v_full;
+    unsigned long long* land_full = v_ready + STAGES;
+    unsigned long long* land_empty = land_full + V_LANDING;
 
     const PaBlock blk = pa_block_coords(p, BM);
     const int b = blk.b, h = blk.h, row0 = blk.row0;
@@ -85,36 +167,59 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
             pa_mbar_init(v_full + i, 1);
             pa_mbar_init(k_empty + i, CONSUMERS * 4);
             pa_mbar_init(v_empty + i, CONSUMERS * 4);
+            if (F32) {
+                pa_mbar_init(k_ready + i, CONVERTERS);
+                pa_mbar_init(v_ready + i, CONVERTERS);
+            }
+        }
+        for (int i = 0; i < V_LANDING; ++i) {
+            pa_mbar_init(land_full + i, 1);
+            pa_mbar_init(land_empty + i, CONVERTERS);
         }
         pa_mbar_init_fence();
     }
     __syncthreads();
 
-    if (wg == CONSUMERS) {  // the copying warpgroup
-        pa_regs_dec<COPY_REGS>();
-        if (threadIdx.x % 128 == 0) {
+    if (wg >= CONSUMERS) {  // the copying warpgroups
+        if (REALLOCATE) pa_regs_dec<COPY_REGS>();
+        const int copier = threadIdx.x - CONSUMERS * 128;
+        if (F32 && copier >= PA_WARP_SIZE) {
+#if PA_F32
+            convert_tiles(copier - PA_WARP_SIZE, n_tiles, k_s, v_s, v_land, k_full, k_ready, v_ready, v_empty,
+                          land_full, land_empty);
+#endif
+        } else if (copier == 0) {
             // Copy `rows` rows from row `row` of head `head` (this batch) into a tile, completing on `bar`.
             auto copy = [&](pa_elem* tile, int rows, const PaTensorMap* map, int row, int head,
                             unsigned long long* bar) {
-                pa_mbar_expect_bytes(bar, rows * COL_BLOCKS * 64 * (int)sizeof(pa_elem));
+                pa_mbar_expect_bytes(bar, rows * COL_BLOCKS * ROW_ELEMS * (int)sizeof(pa_elem));
 #pragma unroll
-                for (int c = 0; c < COL_BLOCKS; ++c) pa_tma_load4(tile + c * rows * 64, map, c * 64, row, head, b, bar);
+                for (int c = 0; c < COL_BLOCKS; ++c)
+                    pa_tma_load4(tile + c * rows * ROW_ELEMS, map, c * ROW_ELEMS, row, head, b, bar);
             };
             copy(q_s, BM, &p.map_q, (int)seq.q_start + row0, h, q_full);
             for (int t = 0; t < n_tiles; ++t) {
                 const int st = t % STAGES, row = (int)seq.k_start + (first + t) * BN;
                 if (t >= STAGES) pa_mbar_wait(k_empty + st, (t / STAGES - 1) & 1);
-                copy(k_s + st * KV, BN, &p.map_k, row, blk.h_kv, k_full + st);
+                copy(k_s + st * PARTS * KV, BN, &p.map_k, row, blk.h_kv, k_full + st);
+#if PA_F32
+                const int land = t % V_LANDING;
+                if (t >= V_LANDING) pa_mbar_wait(land_empty + land, (t / V_LANDING - 1) & 1);
+                copy(v_land + land * KV, BN, &p.map_v, row, blk.h_kv, land_full + land);
+#else
                 if (t >= STAGES) pa_mbar_wait(v_empty + st, (t / STAGES - 1) & 1);
                 copy(v_s + st * KV, BN, &p.map_v, row, blk.h_kv, v_full + st);
+#endif
             }
         }
         return;
     }
 
-    pa_regs_inc<MMA_REGS>();
+    if (REALLOCATE) pa_regs_inc<MMA_REGS>();
     const PaMod mod = pa_seq_mod(p, seq, b, h);
-    pa_mma_c acc[1][ON];
+    pa_mma_c acc[1][ON], part[1][ON];
+    // Where P·V goes: float32 sums each tile apart (pa_tile_pv_start), to be added to acc.
+    pa_mma_c(&pv)[1][ON] = F32 ? part : acc;
     PaSoftmax<1> sm;
     pa_softmax_init(sm);
 #pragma unroll
@@ -129,21 +234,37 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     auto pass_turn = [&]() {
         if (PINGPONG) pa_named_arrive(turn_barrier(1 - wg), 2 * 128);
     };
+    auto add_part = [&]() {
+#pragma unroll
+        for (int j = 0; j < ON; ++j)
+#pragma unroll
+            for (int i = 0; i < PA_MMA_C_REGS; ++i) acc[0][j][i] += part[0][j][i];
+    };
     auto release = [&](unsigned long long* empty, int t) {  // after the products reading tile t's buffer completed
         if (pa_lane_id() == 0) pa_mbar_arrive(empty + t % STAGES);
     };
 
     pa_mbar_wait(q_full, 0);
+#if PA_F32
+    // Split this warpgroup's Q rows (64 rows of each column block are contiguous).
+    for (int c = 0; c < COL_BLOCKS; ++c)
+        for (int i = threadIdx.x % 128 * PA_TILE_CHUNK; i < 64 * ROW_ELEMS; i += 128 * PA_TILE_CHUNK) {
+            pa_elem* x = q_s + c * BM * ROW_ELEMS + wg * 64 * ROW_ELEMS + i;
+            pa_tile_split4(x, x + pa_tile_elems<BM>());
+        }
+    pa_wgmma_smem_fence();
+    pa_named_sync(group_barrier(wg), 128);
+#endif
     if (PINGPONG && wg == 1 && n_tiles > 0) pa_named_arrive(turn_barrier(0), 2 * 128);  // warpgroup 0 goes first
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int st = tile % STAGES;
-        pa_mbar_wait(k_full + st, (tile / STAGES) & 1);
-        if (tile > 0) pa_mbar_wait(v_full + (tile - 1) % STAGES, ((tile - 1) / STAGES) & 1);
+        pa_mbar_wait(k_ready + st, (tile / STAGES) & 1);
+        if (tile > 0) pa_mbar_wait(v_ready + (tile - 1) % STAGES, ((tile - 1) / STAGES) & 1);
         pa_mma_c s[1][SN];
         take_turn();
-        pa_tile_qk_start<1, SN, BM, BN>(s, q_s, k_s + st * KV);
+        pa_tile_qk_start<1, SN, BM, BN>(s, q_s, k_s + st * PARTS * KV);
         if (tile > 0) {
-            pa_tile_pv_start<1, ON, BN>(acc, probs, v_s + (tile - 1) % STAGES * KV);
+            pa_tile_pv_start<1, ON, BN>(pv, probs, v_s + (tile - 1) % STAGES * PARTS * KV);
             pa_tile_wait_scores<1>(s);  // P·V goes on
         } else {
             pa_tile_wait_scores<0>(s);
@@ -151,17 +272,21 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
         pass_turn();
         release(k_empty, tile);  // Q·K^T of this tile is done: its K buffer refills while P·V and the softmax run
         const bool any_rescale = pa_softmax_tile(s, sm, seq.mask, mod, p.scale_log2, row0, BM, (first + tile) * BN);
-        pa_tile_wait_all(acc);
-        if (tile > 0) release(v_empty, tile - 1);
+        pa_tile_wait_all(pv);
+        if (tile > 0) {
+            release(v_empty, tile - 1);
+            if (F32) add_part();
+        }
         if (any_rescale) pa_softmax_rescale(acc, sm);
         pa_tile_to_a(probs, s);
     }
     if (n_tiles > 0) {
-        pa_mbar_wait(v_full + (n_tiles - 1) % STAGES, ((n_tiles - 1) / STAGES) & 1);
+        pa_mbar_wait(v_ready + (n_tiles - 1) % STAGES, ((n_tiles - 1) / STAGES) & 1);
         take_turn();
-        pa_tile_pv_start<1, ON, BN>(acc, probs, v_s + (n_tiles - 1) % STAGES * KV);
+        pa_tile_pv_start<1, ON, BN>(pv, probs, v_s + (n_tiles - 1) % STAGES * PARTS * KV);
         pass_turn();
-        pa_tile_wait_all(acc);
+        pa_tile_wait_all(pv);
+        if (F32) add_part();
         if (PINGPONG && wg == 0) pa_named_sync(turn_barrier(0), 2 * 128);  // warpgroup 1's last hand-over
     }
     pa_softmax_store(acc, sm, static_cast<pa_elem*>(p.o) + b * p.o_sb + h * p.o_sh + seq.q_start * p.o_sn, p.o_sn, row0,

@@ -1,12 +1,10 @@
-// portattn matrix units, NVIDIA Hopper warpgroup MMA (sm_90a, 16-bit inputs): the wgmma instructions and their
-// shared-memory descriptors. The accumulators are laid out as rows of m16n8 C fragments (pa_mma_sync.cuh), so the
-// fragment code is shared with mma.sync. Included by pa_mma.cuh only.
+// portattn matrix units, NVIDIA Hopper warpgroup MMA (sm_90a): the wgmma instructions and their shared-memory
+// descriptors, for 16-bit inputs and for float32 as TF32 products (the tile level makes three of them per product). The
+// accumulators are laid out as rows of m16n8 C fragments (pa_mma_sync.cuh), so the fragment code is shared with
+// mma.sync. Included by pa_mma.cuh only.
 #pragma once
 
 #if defined(PA_VENDOR_CUDA)
-#if PA_F32
-#error "the warpgroup MMA path takes 16-bit inputs only"
-#endif
 // ---- NVIDIA Hopper (sm_90a): warpgroup MMA, wgmma.mma_async m64nNk16 ----------------------------------------------
 // Four warps (a warpgroup) compute a 64 x N tile together; warp w of the group owns rows 16 w .. 16 w + 15, and its
 // accumulator registers for columns 8 i .. 8 i + 7 are laid out as one m16n8 C fragment above, so N / 8 pa_mma_c
@@ -16,12 +14,8 @@
 // swizzle mode (bits 62-63, 1 = 128-byte swizzle). Tiles use the 128-byte swizzle: rows of 64 elements (128 bytes),
 // the 16-byte chunk c of row r stored at chunk c ^ (r % 8), 8-row groups 1024 bytes apart (the stride byte offset),
 // blocks of 64 columns `lbo_bytes` apart. The operand is K-major (the reduction index runs along the row: Q, K) or,
-// with the transpose flag, N-major (V, whose rows are keys).
-#if PA_BF16
-#define PA_WGMMA_AB "bf16.bf16"
-#else
-#define PA_WGMMA_AB "f16.f16"
-#endif
+// with the transpose flag, N-major (V, whose rows are keys). TF32 operands (float32 bits) are K-major only, in the
+// same layout with rows of 32 floats.
 
 PA_DEVICE unsigned long long pa_wgmma_desc(const void* smem, unsigned lbo_bytes) {
     const unsigned long long addr = pa_smem_addr(smem);
@@ -51,6 +45,91 @@ PA_DEVICE void pa_wgmma_settle(float* d) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+
+#if PA_F32
+// d (N / 2 floats) = A (64 x 8) * B (8 x N), plus d when `accumulate`; A and B TF32, K-major. ss: both from shared
+// memory (scores: N = 32 or 64 keys); rs: A in registers, the m16n8k8 A fragment of the warp's 16 rows (output
+// columns: N = 64 or 128).
+// clang-format off: the operand lists keep eight accumulators a line
+PA_DEVICE void pa_wgmma_ss_n32(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+PA_DEVICE void pa_wgmma_ss_n64(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+PA_DEVICE void pa_wgmma_rs_n64(float* d, const unsigned (&a)[4], unsigned long long desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+PA_DEVICE void pa_wgmma_rs_n128(float* d, const unsigned (&a)[4], unsigned long long desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+// clang-format on
+
+template <int N>
+PA_DEVICE void pa_wgmma_ss(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
+    static_assert(N == 32 || N == 64, "TF32 score warpgroup MMA width must be 32 or 64");
+    if constexpr (N == 32)
+        pa_wgmma_ss_n32(d, desc_a, desc_b, accumulate);
+    else
+        pa_wgmma_ss_n64(d, desc_a, desc_b, accumulate);
+}
+template <int N>
+PA_DEVICE void pa_wgmma_rs(float* d, const unsigned (&a)[4], unsigned long long desc_b, int accumulate) {
+    static_assert(N == 64 || N == 128, "TF32 warpgroup MMA width must be 64 or 128");
+    if constexpr (N == 64)
+        pa_wgmma_rs_n64(d, a, desc_b, accumulate);
+    else
+        pa_wgmma_rs_n128(d, a, desc_b, accumulate);
+}
+#else
+#if PA_BF16
+#define PA_WGMMA_AB "bf16.bf16"
+#else
+#define PA_WGMMA_AB "f16.f16"
+#endif
 
 // d (N / 2 floats) += A (64 x 16) * B (16 x N). ss: A and B in shared memory, both K-major; accumulate == 0
 // overwrites d instead. rs: A in registers, B N-major (transposed). st: A K-major and B N-major, both in shared
@@ -210,4 +289,5 @@ PA_DEVICE void pa_wgmma_rs(float* d, const unsigned (&a)[4], unsigned long long 
     else
         pa_wgmma_rs_n128(d, a, desc_b);
 }
+#endif  // PA_F32
 #endif  // PA_VENDOR_CUDA

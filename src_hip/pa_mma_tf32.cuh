@@ -5,8 +5,9 @@
 
 #if defined(PA_VENDOR_CUDA)
 // ---- NVIDIA float32: 3xTF32 on mma.sync m16n8k8 ------------------------------------------------------------------
-// Each float x is split into big = tf32(x) and small = tf32(x - big); a product is small*big + big*small + big*big
-// (small*small is below float32 rounding). Fragments (g = lane / 4, t = lane % 4):
+// Each float x is split into big = tf32(x) and small = x - big (the unit reads TF32 from a float's upper 19 bits); a
+// product is small*big + big*small + big*big (small*small is below float32 rounding). Fragments (g = lane / 4, t = lane
+// % 4):
 //   A 16x8: (g, t), (g+8, t), (g, t+4), (g+8, t+4)    B 8x8 (k x n): (k t, n g), (k t+4, n g)
 // For P·V the key order inside a k8 step is permuted: k = t holds key 2t and k = t + 4 key 2t + 1, so that the
 // score C fragment is the A fragment as it stands; the V fragments are loaded with the same permutation.
@@ -19,15 +20,17 @@ struct pa_mma_b {  // two n tiles: registers 0..1 for n 0..7, 2..3 for n 8..15
     unsigned big[4], small[4];
 };
 
+// x rounded to TF32 (10 mantissa bits), to nearest with ties away from zero, as cvt.rna.tf32.f32 does, in full-rate
+// instructions: half a TF32 unit added to the magnitude, the 13 low bits cleared. A NaN stays as it is (its payload
+// could carry into the sign).
 PA_DEVICE unsigned pa_tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
+    const unsigned u = __float_as_uint(x);
+    return x == x ? (u + 0x1000u) & 0xffffe000u : u;
 }
 PA_DEVICE void pa_tf32_split(float x, unsigned& big, unsigned& small) {
     big = pa_tf32(x);
     const float rest = x - __uint_as_float(big);
-    small = pa_tf32(rest == rest ? rest : 0.f);  // x = ±inf: inf - inf would turn the product into NaN
+    small = __float_as_uint(rest == rest ? rest : 0.f);  // x = ±inf: inf - inf would turn the product into NaN
 }
 template <class F>
 PA_DEVICE void pa_mma_split4(F& f, const unsigned (&raw)[4]) {

@@ -3,8 +3,11 @@
 //
 // A shared tile holds ROWS rows of PA_HEAD_DIM elements; pa_tile_offset<ROWS>(r, c) is the element offset of (r, c)
 // for c a multiple of PA_TILE_CHUNK, and each chunk of PA_TILE_CHUNK elements (16 bytes) is contiguous. With the
-// warpgroup MMA tiles use its 128-byte swizzled layout (above) and start 1024-byte aligned; otherwise rows are
-// padded by 16 bytes, which keeps the fragment loads free of bank conflicts.
+// warpgroup MMA tiles use its 128-byte swizzled layout (above: rows of PA_TILE_ROW_ELEMS elements) and start
+// 1024-byte aligned; otherwise rows are padded by 16 bytes, which keeps the fragment loads free of bank conflicts.
+// float32 on the warpgroup MMA (TF32) reads split tiles: a tile of the operand rounded to TF32 (big) followed by one
+// of what that leaves (small), and V transposed (rows of PA_HEAD_DIM, keys along the row in the P·V key order of
+// pa_mma_tf32.cuh).
 //
 // A block's waves split its PA_BLOCK_M query rows into PA_MMA_M-row tiles, MT per wave; pa_wave_row<MT>(mt) is the
 // first block row of this wave's tile mt (warpgroup MMA: the four warps of a group share each 64-row tile). With
@@ -54,20 +57,24 @@ PA_DEVICE pa_elem* pa_tile_base(void* smem) {
     const unsigned pad = (1024 - pa_smem_addr(smem) % 1024) % 1024;
     return reinterpret_cast<pa_elem*>(static_cast<char*>(smem) + pad);
 }
-// Rows are stored as blocks of 64 columns; a head dim that is not a multiple of 64 (96) leaves the last block's
-// columns past it unused.
+// Rows are stored as blocks of PA_TILE_ROW_ELEMS columns (128 bytes); a head dim that is not a multiple of it (96)
+// leaves the last block's columns past it unused.
+constexpr int PA_TILE_ROW_ELEMS = 128 / (int)sizeof(pa_elem);
 template <int ROWS>
 __host__ __device__ constexpr int pa_tile_elems() {
-    return ROWS * ((PA_HEAD_DIM + 63) / 64 * 64);
+    return ROWS * ((PA_HEAD_DIM + PA_TILE_ROW_ELEMS - 1) / PA_TILE_ROW_ELEMS * PA_TILE_ROW_ELEMS);
 }
 template <int ROWS>
 PA_DEVICE int pa_tile_offset(int r, int c) {
-    return (c / 64) * ROWS * 64 + r * 64 + ((((c % 64) / 8) ^ (r % 8)) * 8);
+    constexpr int W = PA_TILE_ROW_ELEMS;
+    return (c / W) * ROWS * W + r * W + ((((c % W) / PA_TILE_CHUNK) ^ (r % 8)) * PA_TILE_CHUNK);
 }
-// Operand start of rows r.. and columns c.. (r a multiple of 8, c of 16): the unit applies the swizzle itself.
+// Operand start of rows r.. and columns c.. (r a multiple of 8, c of 32 bytes' worth): the unit applies the swizzle
+// itself.
 template <int ROWS>
 PA_DEVICE const pa_elem* pa_tile_operand(const pa_elem* tile, int r, int c) {
-    return tile + (c / 64) * ROWS * 64 + r * 64 + c % 64;
+    constexpr int W = PA_TILE_ROW_ELEMS;
+    return tile + (c / W) * ROWS * W + r * W + c % W;
 }
 template <int MT>
 PA_DEVICE int pa_wave_row(int mt) {
@@ -77,6 +84,72 @@ PA_DEVICE int pa_wave_row(int mt) {
 // The tile products are asynchronous: *_start issues them and returns, the waits below complete them. Q K^T
 // writes the scores and P V the output accumulators behind the compiler's back: neither may be touched between a
 // start and its wait, and the A fragments of P V must stay unchanged until it completes. Q K^T overwrites s.
+#if PA_F32
+// float32: q_s and k_s are split tiles, and each product is three TF32 products (small x big, big x small, big x
+// big). The unit's float accumulation truncates, so P·V overwrites acc with the tile's own sum, which the caller
+// adds to its output; v_s is the split transposed V (PA_HEAD_DIM rows of BN keys).
+template <int MT, int SN, int BM, int BN>
+PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
+    static_assert((BN == PA_TILE_ROW_ELEMS || BN == 2 * PA_TILE_ROW_ELEMS) && SN * PA_MMA_N == BN,
+                  "TF32 score tiles are one or two 128-byte rows of keys wide");
+    const pa_elem* q_small = q_s + pa_tile_elems<BM>();
+    const pa_elem* k_small = k_s + pa_tile_elems<BN>();
+    pa_wgmma_fence();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        const int row = pa_wave_row<MT>(mt) - (pa_wave_id() % 4) * PA_MMA_M;  // the group's 64-row tile
+#pragma unroll
+        for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += PA_MMA_K) {
+            const unsigned long long qb = pa_wgmma_desc(pa_tile_operand<BM>(q_s, row, k0), 16);
+            const unsigned long long kb = pa_wgmma_desc(pa_tile_operand<BN>(k_s, 0, k0), 16);
+            pa_wgmma_ss<BN>(&s[mt][0][0], pa_wgmma_desc(pa_tile_operand<BM>(q_small, row, k0), 16), kb, k0 > 0);
+            pa_wgmma_ss<BN>(&s[mt][0][0], qb, pa_wgmma_desc(pa_tile_operand<BN>(k_small, 0, k0), 16), 1);
+            pa_wgmma_ss<BN>(&s[mt][0][0], qb, kb, 1);
+        }
+    }
+    pa_wgmma_commit();
+}
+// Split the four floats at x (16 bytes of shared memory) into their TF32 part, in place, and the rest, at small.
+PA_DEVICE void pa_tile_split4(float* x, float* small) {
+    const float4 v = pa_load4(x);
+    unsigned b[4], r[4];
+    pa_tf32_split(v.x, b[0], r[0]);
+    pa_tf32_split(v.y, b[1], r[1]);
+    pa_tf32_split(v.z, b[2], r[2]);
+    pa_tf32_split(v.w, b[3], r[3]);
+    pa_store4(x,
+              make_float4(__uint_as_float(b[0]), __uint_as_float(b[1]), __uint_as_float(b[2]), __uint_as_float(b[3])));
+    pa_store4(small,
+              make_float4(__uint_as_float(r[0]), __uint_as_float(r[1]), __uint_as_float(r[2]), __uint_as_float(r[3])));
+}
+// Column of key k in the transposed V tile: the P·V key order within each group of PA_MMA_K keys (pa_mma_tf32.cuh).
+PA_DEVICE int pa_tile_vt_column(int k) {
+    const int j = k % PA_MMA_K;
+    return k - j + (j % 2) * (PA_MMA_K / 2) + j / 2;
+}
+template <int MT, int ON, int BN>
+PA_DEVICE void pa_tile_pv_start(pa_mma_c (&acc)[MT][ON], const pa_mma_a (&a)[MT][BN / PA_MMA_K], const pa_elem* v_s) {
+    constexpr int PV_N = PA_HEAD_DIM < 128 ? PA_HEAD_DIM : 128;
+    static_assert(PA_HEAD_DIM % PV_N == 0, "unsupported warpgroup MMA head dim");
+    const pa_elem* v_small = v_s + PA_HEAD_DIM * BN;
+    pa_wgmma_fence();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < BN / PA_MMA_K; ++kk)
+#pragma unroll
+            for (int c0 = 0; c0 < PA_HEAD_DIM; c0 += PV_N) {
+                float* d = &acc[mt][c0 / PA_MMA_N][0];
+                const int k0 = kk * PA_MMA_K;
+                const unsigned long long vb = pa_wgmma_desc(pa_tile_operand<PA_HEAD_DIM>(v_s, c0, k0), 16);
+                pa_wgmma_rs<PV_N>(d, a[mt][kk].small, vb, kk > 0);
+                pa_wgmma_rs<PV_N>(d, a[mt][kk].big, pa_wgmma_desc(pa_tile_operand<PA_HEAD_DIM>(v_small, c0, k0), 16),
+                                  1);
+                pa_wgmma_rs<PV_N>(d, a[mt][kk].big, vb, 1);
+            }
+    pa_wgmma_commit();
+}
+#else
 template <int MT, int SN, int BM, int BN>
 PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
     static_assert((BN == 64 || BN == 80 || BN == 128) && SN * PA_MMA_N == BN,
@@ -108,6 +181,7 @@ PA_DEVICE void pa_tile_pv_start(pa_mma_c (&acc)[MT][ON], const pa_mma_a (&a)[MT]
                                   pa_wgmma_desc(pa_tile_operand<BN>(v_s, kk * PA_MMA_K, c0), BN * 128));
     pa_wgmma_commit();
 }
+#endif  // PA_F32
 // Wait for the scores: Q K^T started before the last PENDING products (which may go on).
 template <int PENDING, int MT, int SN>
 PA_DEVICE void pa_tile_wait_scores(pa_mma_c (&s)[MT][SN]) {

@@ -1,8 +1,9 @@
 """The forward kernel family: tile tables, variant choice and launch.
 
 Kernels (``src_cuda/``): ``flash_fwd_mma.cu`` on the matrix units (all three dtypes; float32 as 3xTF32 on NVIDIA,
-fp32 MFMA on AMD), ``flash_fwd_ws.cu``, Hopper's warp-specialized 16-bit kernel fed by bulk tensor copies (no mask
-or the causal one), and ``flash_fwd_simt.cu``, the portable float32 kernel. Parameters: ``PaFwdParams``
+fp32 MFMA on AMD), ``flash_fwd_ws.cu``, Hopper's warp-specialized kernel fed by bulk tensor copies (16-bit, and
+float32 as 3xTF32 on the warpgroup MMA; no mask or the causal one), and ``flash_fwd_simt.cu``, the portable float32
+kernel. Parameters: ``PaFwdParams``
 (``pa_fwd_params.cuh``).
 
 Tuning is data: ``MMA_TILES``, ``WS_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile, and
@@ -161,13 +162,19 @@ MMA_TILES_EXT: dict[str, Rows] = {
 # from the matrix-unit kernel (except the rows of MMA_TILES_SHORT). d = 96 and 128: 128-key tiles, two computing
 # warpgroups taking turns (a third stage measured the same); d = 256: 80-key tiles (5-10 % faster than 64-key tiles
 # at N >= 4096; 128-key tiles do not fit); d = 64: three computing warpgroups, 64-key tiles, three stages (two run
-# 35 % slower; the 512 threads allow 128 registers each at compile time, and 128-key tiles spill).
+# 35 % slower; the 512 threads allow 128 registers each at compile time, and 128-key tiles spill). float32 (TF32
+# products on split tiles, 224 KiB of shared memory): d = 64 two computing warpgroups on 64-key tiles and two
+# copying ones, d = 128 one on 32-key tiles and three copying ones. The copying warpgroups' threads split and
+# transpose the tiles, which bounds the kernel: each copying warpgroup fewer ran 0.77-0.86x.
 WS_TILES: dict[str, Rows] = {
     "sm90": rows(HALF, {
         64: T(block_m=192, block_n=64, threads=512, warpgroup_mma=True, stages=3),
         96: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2),
         128: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2),
         256: T(block_m=128, block_n=80, threads=384, warpgroup_mma=True, stages=2),
+    }) | rows(("float32",), {
+        64: T(block_m=128, block_n=64, threads=512, warpgroup_mma=True, stages=2),
+        128: T(block_m=64, block_n=32, threads=512, warpgroup_mma=True, stages=2),
     }),
 }
 
@@ -210,9 +217,14 @@ class FwdSpec(KernelSpec):
             ld = self.head_dim + 4
             return 4 * (t.block_m * ld + t.block_n * ld + t.block_m * (t.block_n + 4))
         size = 4 if self.dtype == "float32" else 2
-        if self.kernel == "ws":  # plus the barriers: Q, and full K, full V, empty K and empty V per stage
-            return size * (t.block_m + 2 * t.stages * t.block_n) * -(-self.head_dim // 64) * 64 + \
-                8 * (1 + 4 * t.stages) + 1024 - 16
+        if self.kernel == "ws":
+            # Q and the K and V stages in rows of whole 128-byte blocks, plus the barriers: Q, and full K, full V,
+            # empty K and empty V per stage. float32: each tile in two parts (TF32 and the rest), two V landing
+            # tiles, and ready K, ready V per stage and full / empty per landing tile.
+            row = -(-self.head_dim * size // 128) * 128
+            if self.dtype == "float32":
+                return row * (2 * t.block_m + (4 * t.stages + 2) * t.block_n) + 8 * (1 + 6 * t.stages + 4) + 1024 - 16
+            return row * (t.block_m + 2 * t.stages * t.block_n) + 8 * (1 + 4 * t.stages) + 1024 - 16
         if t.warpgroup_mma:  # rows of whole 64-column blocks
             return size * (t.block_m + 4 * t.block_n) * -(-self.head_dim // 64) * 64 + 1024 - 16
         return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)
@@ -315,13 +327,14 @@ def start(launch: loader.Launch, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
 def _tensor_maps(spec: FwdSpec, p: FwdParams, tensors: dict[str, torch.Tensor], target: Target) -> None:
     """Encode q, k and v as the warp-specialized kernel's bulk-copy maps into ``p``: dims (head_dim, rows, heads,
-    batch), boxes of 64 columns by the tile's rows."""
+    batch), boxes of 128 bytes' worth of columns by the tile's rows."""
     driver = backend_for(target.vendor).driver
     for name, box_rows in (("q", spec.tile.block_m), ("k", spec.tile.block_n), ("v", spec.tile.block_n)):
         t = tensors[name]
         size = t.element_size()
         strides = tuple(16 if t.shape[i] == 1 else t.stride(i) * size for i in (2, 1, 0))
-        code = driver.encode_tensor_map(spec.dtype, t.data_ptr(), tuple(t.shape[::-1]), strides, (64, box_rows, 1, 1))
+        code = driver.encode_tensor_map(spec.dtype, t.data_ptr(), tuple(t.shape[::-1]), strides,
+                                        (128 // size, box_rows, 1, 1))
         ctypes.memmove(ctypes.addressof(p) + getattr(FwdParams, f"map_{name}").offset, code, len(code))
 
 

@@ -98,7 +98,7 @@ class KernelSpec:
             defines["PA_EMULATE_WAVE64"] = 1
         if self.dtype == "bfloat16":
             defines["PA_BF16"] = 1
-        if self.dtype == "float32" and self.kernel == "mma":
+        if self.dtype == "float32" and self.kernel in ("mma", "ws"):
             defines["PA_F32"] = 1
         if self.mask_ext:
             defines["PA_MASK_EXT"] = 1
@@ -109,7 +109,7 @@ class KernelSpec:
         """Whether infinite inputs give what IEEE arithmetic gives. Not for float32 on NVIDIA's matrix units:
         3xTF32 splits x = inf into inf plus an inf - inf = NaN correction, so NaN appears where the exact result
         is ±inf or finite."""
-        return not (self.kernel == "mma" and self.dtype == "float32" and self.lanes == 32)
+        return not (self.kernel in ("mma", "ws") and self.dtype == "float32" and self.lanes == 32)
 
     @property
     def options(self) -> list[str]:

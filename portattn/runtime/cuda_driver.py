@@ -112,7 +112,7 @@ _MAP_BYTES = 128
 _MAP_ALIGN = 128  # the driver's CUtensorMap alignment
 _U64, _U32 = ctypes.c_uint64, ctypes.c_uint32
 # CUtensorMapDataType of the element types; swizzle 128B, L2 promotion 256B, out-of-bounds reads give zeros.
-_MAP_DTYPES = {"float16": 6, "bfloat16": 9}
+_MAP_DTYPES = {"float16": 6, "float32": 7, "bfloat16": 9}
 _SWIZZLE_128B, _L2_PROMOTION_256B, _NO_INTERLEAVE, _OOB_ZEROS = 3, 3, 0, 0
 _map_lib: ctypes.CDLL | None = None
 

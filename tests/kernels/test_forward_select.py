@@ -45,7 +45,9 @@ def test_detect_and_select(fake_device, arch):
     ws = {key for key, spec in chosen.items() if spec.kernel == "ws"}
     assert {(s.kernel, s.dtype, s.head_dim) for s in variants} - {(c.kernel, *k) for k, c in chosen.items()} == {
         ("simt", "float32", d) for d in HEAD_DIMS if ("float32", d) not in simt_only} | {("mma", *k) for k in ws}
-    assert ws == ({(dt, d) for dt in ("float16", "bfloat16") for d in (64, 96, 128, 256)} if fam == "sm90" else set())
+    hopper_ws = {(dt, d) for dt in ("float16", "bfloat16") for d in (64, 96, 128, 256)} | {("float32", 64),
+                                                                                        ("float32", 128)}
+    assert ws == (hopper_ws if fam == "sm90" else set())
 
 
 @pytest.mark.parametrize("arch", ["gfx908", "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"])
@@ -136,8 +138,10 @@ def test_smem_limit_is_enforced(fake_device):
     small = fake_device("sm_90", shared_memory_per_block_optin=48 * 1024)
     with pytest.raises(UnsupportedTargetError, match="needs 150528 bytes of shared memory"):
         select(small, "float32", 256)
-    with pytest.raises(UnsupportedTargetError, match="needs 101376 bytes of shared memory"):
+    with pytest.raises(UnsupportedTargetError, match="needs 230520 bytes of shared memory"):
         select(small, "float32", 128)
+    with pytest.raises(UnsupportedTargetError, match="needs 101376 bytes of shared memory"):
+        select(small, "float32", 128, "mma")
 
 
 def test_unsupported_dtype_and_head_dim():
