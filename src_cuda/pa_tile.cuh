@@ -83,31 +83,10 @@ PA_DEVICE int pa_wave_row(int mt) {
 // The tile products are asynchronous: *_start issues them and returns, the waits below complete them. Q K^T
 // writes the scores and P V the output accumulators behind the compiler's back: neither may be touched between a
 // start and its wait, and the A fragments of P V must stay unchanged until it completes. Q K^T overwrites s.
-#if PA_F32
 // float32: q_s and k_s are split tiles, and each product is three TF32 products (small x big, big x small, big x
 // big). The unit's float accumulation truncates, so P·V overwrites acc with the tile's own sum, which the caller
 // adds to its output; v_s is the split transposed V (PA_HEAD_DIM rows of BN keys).
-template <int MT, int SN, int BM, int BN>
-PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
-    static_assert((BN == PA_TILE_ROW_ELEMS || BN == 2 * PA_TILE_ROW_ELEMS) && SN * PA_MMA_N == BN,
-                  "TF32 score tiles are one or two 128-byte rows of keys wide");
-    const pa_elem* q_small = q_s + pa_tile_elems<BM>();
-    const pa_elem* k_small = k_s + pa_tile_elems<BN>();
-    pa_wgmma_fence();
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        const int row = pa_wave_row<MT>(mt) - (pa_wave_id() % 4) * PA_MMA_M;  // the group's 64-row tile
-#pragma unroll
-        for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += PA_MMA_K) {
-            const unsigned long long qb = pa_wgmma_desc(pa_tile_operand<BM>(q_s, row, k0), 16);
-            const unsigned long long kb = pa_wgmma_desc(pa_tile_operand<BN>(k_s, 0, k0), 16);
-            pa_wgmma_ss<BN>(&s[mt][0][0], pa_wgmma_desc(pa_tile_operand<BM>(q_small, row, k0), 16), kb, k0 > 0);
-            pa_wgmma_ss<BN>(&s[mt][0][0], qb, pa_wgmma_desc(pa_tile_operand<BN>(k_small, 0, k0), 16), 1);
-            pa_wgmma_ss<BN>(&s[mt][0][0], qb, kb, 1);
-        }
-    }
-    pa_wgmma_commit();
-}
+#if PA_F32
 // Split the four floats at x (16 bytes of shared memory) into their TF32 part, in place, and the rest, at small.
 PA_DEVICE void pa_tile_split4(float* x, float* small) {
     const float4 v = pa_load4(x);
@@ -126,41 +105,41 @@ PA_DEVICE int pa_tile_vt_column(int k) {
     const int j = k % PA_MMA_K;
     return k - j + (j % 2) * (PA_MMA_K / 2) + j / 2;
 }
-template <int MT, int ON, int BN>
-PA_DEVICE void pa_tile_pv_start(pa_mma_c (&acc)[MT][ON], const pa_mma_a (&a)[MT][BN / PA_MMA_K], const pa_elem* v_s) {
-    constexpr int PV_N = PA_HEAD_DIM < 128 ? PA_HEAD_DIM : 128;
-    static_assert(PA_HEAD_DIM % PV_N == 0, "unsupported warpgroup MMA head dim");
-    const pa_elem* v_small = v_s + PA_HEAD_DIM * BN;
-    pa_wgmma_fence();
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int kk = 0; kk < BN / PA_MMA_K; ++kk)
-#pragma unroll
-            for (int c0 = 0; c0 < PA_HEAD_DIM; c0 += PV_N) {
-                float* d = &acc[mt][c0 / PA_MMA_N][0];
-                const int k0 = kk * PA_MMA_K;
-                const unsigned long long vb = pa_wgmma_desc(pa_tile_operand<PA_HEAD_DIM>(v_s, c0, k0), 16);
-                pa_wgmma_rs<PV_N>(d, a[mt][kk].small, vb, kk > 0);
-                pa_wgmma_rs<PV_N>(d, a[mt][kk].big, pa_wgmma_desc(pa_tile_operand<PA_HEAD_DIM>(v_small, c0, k0), 16),
-                                  1);
-                pa_wgmma_rs<PV_N>(d, a[mt][kk].big, vb, 1);
-            }
-    pa_wgmma_commit();
-}
+#endif  // PA_F32
+// Q K^T of head-dim columns k0 .. k0 + PA_MMA_K - 1 for the group's 64 rows from `row` (the first step overwrites s).
+template <int BM, int BN>
+PA_DEVICE void pa_tile_qk_step(float* s, const pa_elem* q_s, const pa_elem* k_s, int row, int k0) {
+    const unsigned long long qb = pa_wgmma_desc(pa_tile_operand<BM>(q_s, row, k0), 16);
+    const unsigned long long kb = pa_wgmma_desc(pa_tile_operand<BN>(k_s, 0, k0), 16);
+#if PA_F32
+    pa_wgmma_ss<BN>(s, pa_wgmma_desc(pa_tile_operand<BM>(q_s + pa_tile_elems<BM>(), row, k0), 16), kb, k0 > 0);
+    pa_wgmma_ss<BN>(s, qb, pa_wgmma_desc(pa_tile_operand<BN>(k_s + pa_tile_elems<BN>(), 0, k0), 16), 1);
+    pa_wgmma_ss<BN>(s, qb, kb, 1);
 #else
+    pa_wgmma_ss<BN>(s, qb, kb, k0 > 0);
+#endif
+}
+// P V of keys k0 .. k0 + PA_MMA_K - 1 into the PV_N output columns from c0 (float32: the first step overwrites d).
+template <int PV_N, int BN>
+PA_DEVICE void pa_tile_pv_step(float* d, const pa_mma_a& a, const pa_elem* v_s, int k0, int c0) {
+#if PA_F32
+    const unsigned long long vb = pa_wgmma_desc(pa_tile_operand<PA_HEAD_DIM>(v_s, c0, k0), 16);
+    pa_wgmma_rs<PV_N>(d, a.small, vb, k0 > 0);
+    pa_wgmma_rs<PV_N>(d, a.big, pa_wgmma_desc(pa_tile_operand<PA_HEAD_DIM>(v_s + PA_HEAD_DIM * BN, c0, k0), 16), 1);
+    pa_wgmma_rs<PV_N>(d, a.big, vb, 1);
+#else
+    pa_wgmma_rs<PV_N>(d, a, pa_wgmma_desc(pa_tile_operand<BN>(v_s, k0, c0), BN * 128));
+#endif
+}
 template <int MT, int SN, int BM, int BN>
 PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
-    static_assert((BN == 64 || BN == 80 || BN == 128) && SN * PA_MMA_N == BN,
-                  "warpgroup MMA score tiles are 64, 80 or 128 keys wide");
+    static_assert(SN * PA_MMA_N == BN, "score fragments must cover the key tile");
     pa_wgmma_fence();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         const int row = pa_wave_row<MT>(mt) - (pa_wave_id() % 4) * PA_MMA_M;  // the group's 64-row tile
 #pragma unroll
-        for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += 16)
-            pa_wgmma_ss<BN>(&s[mt][0][0], pa_wgmma_desc(pa_tile_operand<BM>(q_s, row, k0), 16),
-                            pa_wgmma_desc(pa_tile_operand<BN>(k_s, 0, k0), 16), k0 > 0);
+        for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += PA_MMA_K) pa_tile_qk_step<BM, BN>(&s[mt][0][0], q_s, k_s, row, k0);
     }
     pa_wgmma_commit();
 }
@@ -176,11 +155,9 @@ PA_DEVICE void pa_tile_pv_start(pa_mma_c (&acc)[MT][ON], const pa_mma_a (&a)[MT]
         for (int kk = 0; kk < BN / PA_MMA_K; ++kk)
 #pragma unroll
             for (int c0 = 0; c0 < PA_HEAD_DIM; c0 += PV_N)
-                pa_wgmma_rs<PV_N>(&acc[mt][c0 / PA_MMA_N][0], a[mt][kk],
-                                  pa_wgmma_desc(pa_tile_operand<BN>(v_s, kk * PA_MMA_K, c0), BN * 128));
+                pa_tile_pv_step<PV_N, BN>(&acc[mt][c0 / PA_MMA_N][0], a[mt][kk], v_s, kk * PA_MMA_K, c0);
     pa_wgmma_commit();
 }
-#endif  // PA_F32
 // Wait for the scores: Q K^T started before the last PENDING products (which may go on).
 template <int PENDING, int MT, int SN>
 PA_DEVICE void pa_tile_wait_scores(pa_mma_c (&s)[MT][SN]) {

@@ -6,7 +6,7 @@
 #pragma once
 
 #if defined(PA_VENDOR_CUDA)
-// ---- NVIDIA Hopper (sm_90a): warpgroup MMA, wgmma.mma_async m64nNk16 ----------------------------------------------
+// ---- NVIDIA Hopper (sm_90a): warpgroup MMA, wgmma.mma_async m64nNk16 (TF32: m64nNk8) ------------------------------
 // Four warps (a warpgroup) compute a 64 x N tile together; warp w of the group owns rows 16 w .. 16 w + 15, and its
 // accumulator registers for columns 8 i .. 8 i + 7 are laid out as one m16n8 C fragment above, so N / 8 pa_mma_c
 // fragments in a row form the accumulator. The A operand is read from registers (pa_mma_a: the m16n8k16 A fragment

@@ -3,8 +3,7 @@
 Kernels (``src_cuda/``): ``flash_fwd_mma.cu`` on the matrix units (all three dtypes; float32 as 3xTF32 on NVIDIA,
 fp32 MFMA on AMD), ``flash_fwd_ws.cu``, Hopper's warp-specialized kernel fed by bulk tensor copies (16-bit, and
 float32 as 3xTF32 on the warpgroup MMA; no mask or the causal one), and ``flash_fwd_simt.cu``, the portable float32
-kernel. Parameters: ``PaFwdParams``
-(``pa_fwd_params.cuh``).
+kernel. Parameters: ``PaFwdParams`` (``pa_fwd_params.cuh``).
 
 Tuning is data: ``MMA_TILES``, ``WS_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile, and
 ``MMA_TILES_SHORT`` holds the rows that differ for at most ``SHORT_SEQLEN`` queries. For a call without extended
