@@ -63,6 +63,8 @@ constexpr int MMA_REGS_SHARE = (PA_THREADS / 128 * LAUNCH_REGS - COPIERS * COPY_
 constexpr int MMA_REGS = MMA_REGS_SHARE < 256 ? MMA_REGS_SHARE : 256;
 constexpr bool REALLOCATE = PA_THREADS > 256;
 
+static_assert(!REALLOCATE || CONSUMERS * MMA_REGS + COPIERS * COPY_REGS <= PA_THREADS / 128 * LAUNCH_REGS,
+              "the warpgroups ask for more registers than the block holds: setmaxnreg would wait forever");
 static_assert(CONSUMERS >= 1 && BM == 64 * CONSUMERS, "64 query rows per computing warpgroup");
 static_assert(COPIERS == 1 || (F32 && COPIERS <= 3), "one copying warpgroup (float32: up to three)");
 static_assert(STAGES >= 2, "at least two K and two V buffers");
