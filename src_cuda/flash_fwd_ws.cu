@@ -117,7 +117,7 @@ PA_DEVICE void convert_tiles(int id, int n_tiles, pa_elem* k_s, pa_elem* v_s, pa
                       c = task % (D / PA_TILE_CHUNK) * PA_TILE_CHUNK;
             const float4 x = pa_load4(in + pa_tile_offset<BN>(key, c));
             const float xs[4] = {x.x, x.y, x.z, x.w};
-            const int col = pa_tile_vt_column(key);
+            const int col = pa_mma_pv_key_slot(key);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 unsigned big, small;

@@ -6,8 +6,8 @@
 #if defined(PA_VENDOR_CUDA)
 // ---- NVIDIA float32: 3xTF32 on mma.sync m16n8k8 ------------------------------------------------------------------
 // Each float x is split into big = tf32(x) and small = x - big (the unit reads TF32 from a float's upper 19 bits); a
-// product is small*big + big*small + big*big (small*small is below float32 rounding). Fragments (g = lane / 4, t = lane
-// % 4):
+// product is small*big + big*small + big*big (small*small is below float32 rounding).
+// Fragments (g = lane / 4, t = lane % 4):
 //   A 16x8: (g, t), (g+8, t), (g, t+4), (g+8, t+4)    B 8x8 (k x n): (k t, n g), (k t+4, n g)
 // For P·V the key order inside a k8 step is permuted: k = t holds key 2t and k = t + 4 key 2t + 1, so that the
 // score C fragment is the A fragment as it stands; the V fragments are loaded with the same permutation.
@@ -36,6 +36,11 @@ template <class F>
 PA_DEVICE void pa_mma_split4(F& f, const unsigned (&raw)[4]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) pa_tf32_split(__uint_as_float(raw[i]), f.big[i], f.small[i]);
+}
+// Where key k sits along the k dimension of P·V: the key order above, within each group of PA_MMA_K keys.
+PA_DEVICE int pa_mma_pv_key_slot(int k) {
+    const int j = k % PA_MMA_K;
+    return k - j + (j % 2) * (PA_MMA_K / 2) + j / 2;
 }
 
 // ldmatrix moves 16-bit pairs, i.e. whole floats: an 8x8 b16 matrix is 8 rows of 4 floats, lane l getting float

@@ -91,20 +91,14 @@ PA_DEVICE int pa_wave_row(int mt) {
 // Split the four floats at x (16 bytes of shared memory) into their TF32 part, in place, and the rest, at small.
 PA_DEVICE void pa_tile_split4(float* x, float* small) {
     const float4 v = pa_load4(x);
-    unsigned b[4], r[4];
-    pa_tf32_split(v.x, b[0], r[0]);
-    pa_tf32_split(v.y, b[1], r[1]);
-    pa_tf32_split(v.z, b[2], r[2]);
-    pa_tf32_split(v.w, b[3], r[3]);
+    pa_mma_a parts;  // big and small, four each
+    pa_mma_split4(parts, {__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w)});
+    const unsigned (&b)[4] = parts.big;
+    const unsigned (&r)[4] = parts.small;
     pa_store4(x,
               make_float4(__uint_as_float(b[0]), __uint_as_float(b[1]), __uint_as_float(b[2]), __uint_as_float(b[3])));
     pa_store4(small,
               make_float4(__uint_as_float(r[0]), __uint_as_float(r[1]), __uint_as_float(r[2]), __uint_as_float(r[3])));
-}
-// Column of key k in the transposed V tile: the P·V key order within each group of PA_MMA_K keys (pa_mma_tf32.cuh).
-PA_DEVICE int pa_tile_vt_column(int k) {
-    const int j = k % PA_MMA_K;
-    return k - j + (j % 2) * (PA_MMA_K / 2) + j / 2;
 }
 #endif  // PA_F32
 // Q K^T of head-dim columns k0 .. k0 + PA_MMA_K - 1 for the group's 64 rows from `row` (the first step overwrites s).

@@ -98,18 +98,23 @@ class KernelSpec:
             defines["PA_EMULATE_WAVE64"] = 1
         if self.dtype == "bfloat16":
             defines["PA_BF16"] = 1
-        if self.dtype == "float32" and self.kernel in ("mma", "ws"):
+        if self.float32_on_matrix_units:
             defines["PA_F32"] = 1
         if self.mask_ext:
             defines["PA_MASK_EXT"] = 1
         return defines | self.family_defines() | dict(self.test_defines)
 
     @property
+    def float32_on_matrix_units(self) -> bool:
+        """float32 inputs on a matrix-unit kernel (every kernel but simt): 3xTF32 on NVIDIA, fp32 MFMA on AMD."""
+        return self.dtype == "float32" and self.kernel != "simt"
+
+    @property
     def ieee_infinities(self) -> bool:
         """Whether infinite inputs give what IEEE arithmetic gives. Not for float32 on NVIDIA's matrix units:
         3xTF32 splits x = inf into inf plus an inf - inf = NaN correction, so NaN appears where the exact result
         is ±inf or finite."""
-        return not (self.kernel in ("mma", "ws") and self.dtype == "float32" and self.lanes == 32)
+        return not (self.float32_on_matrix_units and self.lanes == 32)
 
     @property
     def options(self) -> list[str]:

@@ -45,8 +45,8 @@ def test_detect_and_select(fake_device, arch):
     ws = {key for key, spec in chosen.items() if spec.kernel == "ws"}
     assert {(s.kernel, s.dtype, s.head_dim) for s in variants} - {(c.kernel, *k) for k, c in chosen.items()} == {
         ("simt", "float32", d) for d in HEAD_DIMS if ("float32", d) not in simt_only} | {("mma", *k) for k in ws}
-    hopper_ws = {(dt, d) for dt in ("float16", "bfloat16") for d in (64, 96, 128, 256)} | {("float32", 64),
-                                                                                        ("float32", 128)}
+    hopper_ws = {(dt, d) for dt in ("float16", "bfloat16") for d in (64, 96, 128, 256)}
+    hopper_ws |= {("float32", 64), ("float32", 128)}
     assert ws == (hopper_ws if fam == "sm90" else set())
 
 
