@@ -17,26 +17,38 @@ template <bool KEY_ROWS, bool MASKED, int MT, int SN, class Mod>
 PA_DEVICE void pa_bwd_scores_to_grads(pa_mma_c (&s)[MT][SN], pa_mma_c (&dp)[MT][SN], const float* lse_s,
                                       const float* delta_s, const PaMask& mask, const Mod& mod, float scale_log2,
                                       float scale, int row0, int col0, int q0) {
+    auto one = [&](int mt, int r, int j, int e) {
+        const int row = row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r);
+        const int col = col0 + j * PA_MMA_N + pa_mma_c_col(e);
+        const int query = KEY_ROWS ? col : row, key = KEY_ROWS ? row : col;
+        const int i = r * PA_MMA_C_COLS + e;
+        const float x = s[mt][j][i];
+        float prob = 0.f;
+        if (!MASKED || pa_mask_visible(mask, query, key))
+            prob = pa_exp2(pa_logit2_minus(mod, query, key, x, scale_log2, lse_s[query - q0]));
+        s[mt][j][i] = prob;
+        dp[mt][j][i] = pa_dlogit(mod, x, scale) * prob * (dp[mt][j][i] - delta_s[query - q0]);
+    };
+    // The query's LSE and delta are read where they are used: with keys as rows, one query column at a time (for
+    // every row), so that they do not stay in registers across the rows.
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
-            const int row = row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r);
+    for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (KEY_ROWS) {
 #pragma unroll
             for (int j = 0; j < SN; ++j)
 #pragma unroll
-                for (int e = 0; e < PA_MMA_C_COLS; ++e) {
-                    const int col = col0 + j * PA_MMA_N + pa_mma_c_col(e);
-                    const int query = KEY_ROWS ? col : row, key = KEY_ROWS ? row : col;
-                    const int i = r * PA_MMA_C_COLS + e;
-                    const float x = s[mt][j][i];
-                    float prob = 0.f;
-                    if (!MASKED || pa_mask_visible(mask, query, key))
-                        prob = pa_exp2(pa_logit2_minus(mod, query, key, x, scale_log2, lse_s[query - q0]));
-                    s[mt][j][i] = prob;
-                    dp[mt][j][i] = pa_dlogit(mod, x, scale) * prob * (dp[mt][j][i] - delta_s[query - q0]);
-                }
+                for (int e = 0; e < PA_MMA_C_COLS; ++e)
+#pragma unroll
+                    for (int r = 0; r < PA_MMA_C_ROWS; ++r) one(mt, r, j, e);
+        } else {
+#pragma unroll
+            for (int r = 0; r < PA_MMA_C_ROWS; ++r)
+#pragma unroll
+                for (int j = 0; j < SN; ++j)
+#pragma unroll
+                    for (int e = 0; e < PA_MMA_C_COLS; ++e) one(mt, r, j, e);
         }
+    }
 }
 
 template <bool KEY_ROWS, int MT, int SN, class Mod>

@@ -43,7 +43,8 @@ static_assert(PA_THREADS % PA_WARP_SIZE == 0 && MT >= 1 && BN == WAVES * PA_MMA_
 static_assert(SM % PA_MMA_B_TILES == 0 && BM % PA_MMA_K == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_M");
 static_assert(D % PA_SPLIT == 0 && DC % (PA_MMA_N * PA_MMA_B_TILES) == 0 && D % PA_MMA_K == 0, "bad PA_SPLIT");
 #if PA_MMA_WGMMA
-static_assert(PA_SPLIT == 1 && BM == 64 && WAVES % 4 == 0, "warpgroup MMA: 64-query tiles, no column split");
+static_assert(PA_SPLIT == 1 && BM % 64 == 0 && WAVES % 4 == 0 && WAVES / 4 % (BM / 64) == 0,
+              "warpgroup MMA: query tiles of 64 rows per warpgroup or fewer, no column split");
 constexpr int DS_ELEMS = BM * BN;  // the dS tile [query][key], swizzled like the other tiles
 constexpr int LDQ = D + 4;         // padded row of the float32 dQ tile
 constexpr int DQ_BYTES = 4 * BM * LDQ;
@@ -93,11 +94,14 @@ PA_DEVICE void store_ds_transposed(const pa_mma_c (&ds)[MT][SM], pa_elem* ds_s) 
 #endif
 
 #if PA_MMA_WGMMA
-// dq_accum rows m0.. += dS K. Warpgroup g computes the head-dim columns g DQ_N .. (each of its warps 16 of the 64
-// rows) into the float32 tile dq_s; the block then adds the tile with 16-byte float32 atomics along its rows.
-constexpr int DQ_N = D / (WAVES / 4);
+// dq_accum rows m0.. += dS K. The warpgroups split the tile into DQ_ROWS blocks of 64 rows and, within them, the
+// head dim into DQ_N-column slices: warpgroup g computes rows 64 (g % DQ_ROWS) .. (each of its warps 16 of them),
+// columns (g / DQ_ROWS) DQ_N .., into the float32 tile dq_s; the block then adds the tile with 16-byte float32
+// atomics along its rows.
+constexpr int DQ_ROWS = BM / 64;
+constexpr int DQ_N = D / (WAVES / 4 / DQ_ROWS);
 PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, float* dq, int m0, int rows) {
-    const int c0 = pa_wave_id() / 4 * DQ_N;
+    const int g = pa_wave_id() / 4, r0 = g % DQ_ROWS * 64, c0 = g / DQ_ROWS * DQ_N;
     pa_mma_c part[DQ_N / PA_MMA_N];
 #pragma unroll
     for (int j = 0; j < DQ_N / PA_MMA_N; ++j)
@@ -106,14 +110,14 @@ PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, floa
     pa_wgmma_fence();
 #pragma unroll
     for (int k0 = 0; k0 < BN; k0 += PA_MMA_K)
-        pa_wgmma_st<DQ_N>(&part[0][0], pa_wgmma_desc(pa_tile_operand<BM>(ds_s, 0, k0), 16),
+        pa_wgmma_st<DQ_N>(&part[0][0], pa_wgmma_desc(pa_tile_operand<BM>(ds_s, r0, k0), 16),
                           pa_wgmma_desc(pa_tile_operand<BN>(k_s, k0, c0), BN * 128));
     pa_wgmma_commit();
     pa_wgmma_wait<0>();
     pa_wgmma_settle<DQ_N / 2>(&part[0][0]);
 #pragma unroll
     for (int rr = 0; rr < PA_MMA_C_ROWS; ++rr)
-        pa_tile_store_row_f32(dq_s + (pa_wave_id() % 4 * PA_MMA_M + pa_mma_c_row(rr)) * LDQ + c0, part, rr, 1.f);
+        pa_tile_store_row_f32(dq_s + (r0 + pa_wave_id() % 4 * PA_MMA_M + pa_mma_c_row(rr)) * LDQ + c0, part, rr, 1.f);
     __syncthreads();
     // Thread i adds columns 4 (i % (D / 4)) .. of rows i / (D / 4), i / (D / 4) + PA_THREADS / (D / 4), ...
     const int c = threadIdx.x % (D / 4) * 4;
