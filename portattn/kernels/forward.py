@@ -130,9 +130,9 @@ SIMT_TILES: dict[str, Rows] = {
 }
 
 # Short sequences (at most SHORT_SEQLEN query rows): matrix-unit rows that differ from MMA_TILES, and that take
-# precedence over WS_TILES. Hopper d = 64: the matrix-unit kernel at two blocks per SM stays faster than the
-# warp-specialized one up to 1024 queries (1.1-1.6x there), slower from 2048 on.
-SHORT_SEQLEN = 1024
+# precedence over WS_TILES. Hopper d = 64: the matrix-unit kernel at two blocks per SM stays as fast as the
+# warp-specialized one up to 512 queries (causal: 1.03x), slower from 1024 on (0.92x, causal 0.96x).
+SHORT_SEQLEN = 512
 MMA_TILES_SHORT: dict[str, Rows] = {
     "sm90": rows(HALF, {64: _NV_MMA_HOPPER[("float16", 64)]}),
 }
@@ -158,16 +158,17 @@ MMA_TILES_EXT: dict[str, Rows] = {
 
 # Hopper, warp-specialized kernel (flash_fwd_ws.cu): one copying warpgroup feeds the computing warpgroups (64 query
 # rows each) through bulk tensor copies into `stages` K and V buffers. A row here takes the plain and causal calls
-# from the matrix-unit kernel (except the rows of MMA_TILES_SHORT). d = 96 and 128: 128-key tiles, two computing
-# warpgroups taking turns (a third stage measured the same); d = 256: 80-key tiles (5-10 % faster than 64-key tiles
-# at N >= 4096; 128-key tiles do not fit); d = 64: three computing warpgroups, 64-key tiles, three stages (two run
-# 35 % slower; the 512 threads allow 128 registers each at compile time, and 128-key tiles spill). float32 (TF32
+# from the matrix-unit kernel (except the rows of MMA_TILES_SHORT). d = 64, 96 and 128: 128-key tiles, two
+# computing warpgroups taking turns (d = 96 / 128: a third stage measured the same; d = 64: three stages, 1.02x two,
+# and 1.03-1.16x three computing warpgroups on 64-key tiles, whose scores are read from shared memory at a higher
+# rate per product); d = 256: 80-key tiles (5-10 % faster than 64-key tiles at N >= 4096; 128-key tiles do not
+# fit). float32 (TF32
 # products on split tiles, 224 KiB of shared memory): d = 64 two computing warpgroups on 64-key tiles and two
 # copying ones, d = 128 one on 32-key tiles and three copying ones. The copying warpgroups' threads split and
 # transpose the tiles, which bounds the kernel: each copying warpgroup fewer ran 0.77-0.86x.
 WS_TILES: dict[str, Rows] = {
     "sm90": rows(HALF, {
-        64: T(block_m=192, block_n=64, threads=512, warpgroup_mma=True, stages=3),
+        64: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3),
         96: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2),
         128: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2),
         256: T(block_m=128, block_n=80, threads=384, warpgroup_mma=True, stages=2),
