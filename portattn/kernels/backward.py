@@ -56,7 +56,7 @@ _NV_DKDV = rows(HALF, {
 })
 # sm_90: the warpgroup MMA for the 16-bit head dims that are multiples of 64 (64 keys per warpgroup). d = 64 takes
 # 128-query tiles: Sᵀ and dPᵀ are then 128 columns wide, which read fewer operand bytes per product than 64-query
-# tiles (1.07-1.13x those); d = 128 has no registers for them. float32 d = 96 / 128: 16-query tiles hold the whole
+# tiles (1.10-1.15x those); d = 128 has no registers for them. float32 d = 96 / 128: 16-query tiles hold the whole
 # head dim's dK and dV without a column split, so S and dP are computed once: 1.3x (d = 96) and 1.5-1.6x (d = 128)
 # the split tile's speed (d = 64 stays: 16-query tiles ran 0.88x there).
 _SM90_DKDV = _NV_DKDV | rows(HALF, {
