@@ -13,7 +13,7 @@
 // whole by each): the accumulators of large head dims then fit the registers.
 // With the warpgroup MMA (PA_MMA_WGMMA, sm_90a) each warpgroup owns 64 keys; the products read Q, dO, K, V and the
 // dS tile from shared memory in the unit's swizzled layout and run asynchronously, and dQ = dS K is split between
-// the warpgroups by head-dim columns.
+// the warpgroups by 64-row blocks of the query tile and, within those, by head-dim columns.
 //
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_SPLIT, PA_STAGES,
 // PA_MIN_BLOCKS, PA_SMEM_BYTES, PA_BF16, PA_F32, PA_MMA_WGMMA.
@@ -43,7 +43,7 @@ static_assert(SM % PA_MMA_B_TILES == 0 && BM % PA_MMA_K == 0 && BN % PA_MMA_K ==
 static_assert(D % PA_SPLIT == 0 && DC % (PA_MMA_N * PA_MMA_B_TILES) == 0 && D % PA_MMA_K == 0, "bad PA_SPLIT");
 #if PA_MMA_WGMMA
 static_assert(PA_SPLIT == 1 && BM % 64 == 0 && WAVES % 4 == 0 && WAVES / 4 % (BM / 64) == 0,
-              "warpgroup MMA: query tiles of 64 rows per warpgroup or fewer, no column split");
+              "warpgroup MMA: query tiles of whole 64-row blocks, each taken by whole warpgroups; no column split");
 constexpr int DS_ELEMS = BM * BN;  // the dS tile [query][key], swizzled like the other tiles
 constexpr int LDQ = D + 4;         // padded row of the float32 dQ tile
 constexpr int DQ_BYTES = 4 * BM * LDQ;

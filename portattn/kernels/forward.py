@@ -161,13 +161,12 @@ MMA_TILES_EXT: dict[str, Rows] = {
 # Hopper, warp-specialized kernel (flash_fwd_ws.cu): one copying warpgroup feeds the computing warpgroups (64 query
 # rows each) through bulk tensor copies into `stages` K and V buffers. A row here takes the plain and causal calls
 # from the matrix-unit kernel (except the rows of MMA_TILES_SHORT). d = 64, 96 and 128: 128-key tiles, two
-# computing warpgroups taking turns (d = 96 / 128: a third stage measured the same; d = 64: three stages, 1.02x two,
-# and 1.03-1.16x three computing warpgroups on 64-key tiles, whose scores are read from shared memory at a higher
-# rate per product); d = 256: 80-key tiles (5-10 % faster than 64-key tiles at N >= 4096; 128-key tiles do not
-# fit). float32 (TF32
-# products on split tiles, 224 KiB of shared memory): d = 64 two computing warpgroups on 64-key tiles and two
-# copying ones, d = 128 one on 32-key tiles and three copying ones. The copying warpgroups' threads split and
-# transpose the tiles, which bounds the kernel: each copying warpgroup fewer ran 0.77-0.86x.
+# computing warpgroups taking turns (d = 96 / 128: a third stage measured the same; d = 64: three stages, 1.00-1.02x
+# two, and 1.03-1.16x three computing warpgroups on 64-key tiles, whose scores are read from shared memory at a
+# higher rate per product); d = 256: 80-key tiles (5-10 % faster than 64-key tiles at N >= 4096; 128-key tiles do
+# not fit). float32 (TF32 products on split tiles, 224 KiB of shared memory): d = 64 two computing warpgroups on
+# 64-key tiles and two copying ones, d = 128 one on 32-key tiles and three copying ones. The copying warpgroups'
+# threads split and transpose the tiles, which bounds the kernel: each copying warpgroup fewer ran 0.77-0.86x.
 WS_TILES: dict[str, Rows] = {
     "sm90": rows(HALF, {
         64: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3),
