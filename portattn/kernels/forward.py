@@ -162,7 +162,7 @@ MMA_TILES_EXT: dict[str, Rows] = {
 # rows each) through bulk tensor copies into `stages` K and V buffers. A row here takes the plain and causal calls
 # from the matrix-unit kernel (except the rows of MMA_TILES_SHORT). d = 64, 96 and 128: 128-key tiles, two
 # computing warpgroups taking turns (d = 96 / 128: a third stage measured the same; d = 64: three stages, 1.00-1.02x
-# two, and 1.03-1.16x three computing warpgroups on 64-key tiles, whose scores are read from shared memory at a
+# two, and 1.02-1.16x three computing warpgroups on 64-key tiles, whose scores are read from shared memory at a
 # higher rate per product); d = 256: 80-key tiles (5-10 % faster than 64-key tiles at N >= 4096; 128-key tiles do
 # not fit). float32 (TF32 products on split tiles, 224 KiB of shared memory): d = 64 two computing warpgroups on
 # 64-key tiles and two copying ones, d = 128 one on 32-key tiles and three copying ones. The copying warpgroups'
