@@ -41,6 +41,10 @@ static_assert(STAGES == 1 || STAGES == 2, "PA_STAGES must be 1 or 2");
 static_assert(PA_THREADS % PA_WARP_SIZE == 0 && MT >= 1 && BN == WAVES * PA_MMA_M * MT, "bad PA_BLOCK_N / PA_THREADS");
 static_assert(SM % PA_MMA_B_TILES == 0 && BM % PA_MMA_K == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_M");
 static_assert(D % PA_SPLIT == 0 && DC % (PA_MMA_N * PA_MMA_B_TILES) == 0 && D % PA_MMA_K == 0, "bad PA_SPLIT");
+// With the warpgroup MMA and 64-query tiles (d = 128) each warp keeps its 16 keys of V in registers for the whole
+// block, so that dP^T = V dO^T reads only dO from shared memory: the products of 64-column score tiles read both
+// operands at about the rate shared memory delivers. (The 128-query tiles of d = 64 have no registers left for it.)
+#define PA_BWD_V_IN_REGS (PA_MMA_WGMMA && PA_BLOCK_M == 64)
 #if PA_MMA_WGMMA
 static_assert(PA_SPLIT == 1 && BM % 64 == 0 && WAVES % 4 == 0 && WAVES / 4 % (BM / 64) == 0,
               "warpgroup MMA: query tiles of whole 64-row blocks, each taken by whole warpgroups; no column split");
@@ -50,28 +54,6 @@ constexpr int DQ_BYTES = 4 * BM * LDQ;
 constexpr int ALIGN_SLACK = 1024 - 16;
 // Element offset of (query, key) in the dS tile.
 PA_DEVICE int ds_offset(int query, int key) { return pa_tile_offset<BM>(query, key & ~7) + (key & 7); }
-// With 64-query tiles (d = 128) each warp keeps its 16 keys of V in registers for the whole block, so that
-// dP^T = V dO^T reads only dO from shared memory: the products of 64-column score tiles read both operands at about
-// the rate shared memory delivers. (The 128-query tiles of d = 64 have no registers left for it.)
-#define PA_BWD_V_IN_REGS (PA_BLOCK_M == 64)
-#if PA_BWD_V_IN_REGS
-PA_DEVICE void load_v_rows(pa_mma_a (&v_a)[D / PA_MMA_K], const pa_elem* v_s) {
-    const int lane = pa_lane_id();
-#pragma unroll
-    for (int kk = 0; kk < D / PA_MMA_K; ++kk)
-        pa_ldmatrix_x4(v_a[kk],
-                       v_s + pa_tile_offset<BN>(pa_wave_row<MT>(0) + lane % 16, kk * PA_MMA_K + lane / 16 * 8));
-}
-// Start dP^T = V dO^T (this warpgroup's 64 keys by the tile's 64 queries) with V from registers.
-PA_DEVICE void start_dp(pa_mma_c (&dp)[MT][SM], const pa_mma_a (&v_a)[D / PA_MMA_K], const pa_elem* do_t) {
-    static_assert(MT == 1 && SM * PA_MMA_N == 64, "dP^T from registers: 16 keys per warp, 64-query tiles");
-    pa_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / PA_MMA_K; ++kk)
-        pa_wgmma_rk_n64(&dp[0][0][0], v_a[kk], pa_wgmma_desc(pa_tile_operand<BM>(do_t, 0, kk * PA_MMA_K), 16), kk > 0);
-    pa_wgmma_commit();
-}
-#endif
 #else
 constexpr int LDS = BN + PA_TILE_CHUNK;  // padded row of the dS tile (elements)
 constexpr int DS_ELEMS = BM * LDS;
@@ -255,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
 #pragma unroll
             for (int i = 0; i < PA_MMA_C_REGS; ++i) dk[mt][j][i] = dv[mt][j][i] = 0.f;
 
-#if PA_MMA_WGMMA && PA_BWD_V_IN_REGS
+#if PA_BWD_V_IN_REGS
     pa_mma_a v_a[D / PA_MMA_K];  // this warp's 16 keys of V, dP^T's left operand
 #endif
     for (int t = 0; t < tiles; ++t) {
@@ -272,9 +254,9 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
         pa_mma_c s[MT][SM], ds[MT][SM];
 #if PA_TILE_ASYNC
         pa_tile_qk_start<MT, SM, BN, BM>(s, k_s, q_t);
-#if PA_MMA_WGMMA && PA_BWD_V_IN_REGS
-        if (t == 0) load_v_rows(v_a, v_s);  // K and V have landed with the first tile
-        start_dp(ds, v_a, do_t);
+#if PA_BWD_V_IN_REGS
+        if (t == 0) pa_tile_load_rows_a<BN>(v_a, v_s);  // K and V have landed with the first tile
+        pa_tile_qk_start_a<SM, BM>(ds, v_a, do_t);
 #else
         pa_tile_qk_start<MT, SM, BN, BM>(ds, v_s, do_t);
 #endif
