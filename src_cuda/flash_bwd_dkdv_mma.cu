@@ -13,11 +13,17 @@
 // whole by each): the accumulators of large head dims then fit the registers.
 // With the warpgroup MMA (PA_MMA_WGMMA, sm_90a) each warpgroup owns 64 keys; the products read Q, dO, K, V and the
 // dS tile from shared memory in the unit's swizzled layout and run asynchronously, and dQ = dS K is split between
-// the warpgroups by 64-row blocks of the query tile and, within those, by head-dim columns.
+// the warpgroups by 64-row blocks of the query tile and, within those, by head-dim columns. Its float32 result goes
+// to a tile in shared memory, which one more warpgroup (the dQ writers, WRITERS threads past PA_THREADS) adds to
+// dq_accum while the others go on with the next query tile; two transaction barriers hand the tile back and forth.
+// The writers give their registers to the computing warpgroups (setmaxnreg).
 //
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_SPLIT, PA_STAGES,
 // PA_MIN_BLOCKS, PA_SMEM_BYTES, PA_BF16, PA_F32, PA_MMA_WGMMA.
 #include "pa_bwd.cuh"
+#if PA_MMA_WGMMA
+#include "pa_prelude_tma.cuh"
+#endif
 
 #if !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_SPLIT) || !defined(PA_STAGES) || \
     !defined(PA_MIN_BLOCKS) || !defined(PA_SMEM_BYTES)
@@ -41,16 +47,20 @@ static_assert(STAGES == 1 || STAGES == 2, "PA_STAGES must be 1 or 2");
 static_assert(PA_THREADS % PA_WARP_SIZE == 0 && MT >= 1 && BN == WAVES * PA_MMA_M * MT, "bad PA_BLOCK_N / PA_THREADS");
 static_assert(SM % PA_MMA_B_TILES == 0 && BM % PA_MMA_K == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_M");
 static_assert(D % PA_SPLIT == 0 && DC % (PA_MMA_N * PA_MMA_B_TILES) == 0 && D % PA_MMA_K == 0, "bad PA_SPLIT");
-// With the warpgroup MMA and 64-query tiles (d = 128) each warp keeps its 16 keys of V in registers for the whole
-// block, so that dP^T = V dO^T reads only dO from shared memory: the products of 64-column score tiles read both
-// operands at about the rate shared memory delivers. (The 128-query tiles of d = 64 have no registers left for it.)
-#define PA_BWD_V_IN_REGS (PA_MMA_WGMMA && PA_BLOCK_M == 64)
 #if PA_MMA_WGMMA
 static_assert(PA_SPLIT == 1 && BM % 64 == 0 && WAVES % 4 == 0 && WAVES / 4 % (BM / 64) == 0,
               "warpgroup MMA: query tiles of whole 64-row blocks, each taken by whole warpgroups; no column split");
 constexpr int DS_ELEMS = BM * BN;  // the dS tile [query][key], swizzled like the other tiles
 constexpr int LDQ = D + 4;         // padded row of the float32 dQ tile
-constexpr int DQ_BYTES = 4 * BM * LDQ;
+constexpr int WRITERS = 128;       // the dQ writers' threads (one warpgroup)
+constexpr int BLOCK_THREADS = PA_THREADS + WRITERS;
+// Registers per thread after the reallocation (setmaxnreg), out of the 65536 / BLOCK_THREADS each holds at launch.
+constexpr int WRITER_REGS = 24;
+constexpr int MMA_REGS = 240;
+static_assert(PA_THREADS * MMA_REGS + WRITERS * WRITER_REGS <= 65536 / BLOCK_THREADS / 8 * 8 * BLOCK_THREADS,
+              "the warpgroups ask for more registers than the block holds: setmaxnreg would wait forever");
+// The dQ tile, then its full and empty transaction barriers.
+constexpr int DQ_BYTES = 4 * BM * LDQ + 16;
 constexpr int ALIGN_SLACK = 1024 - 16;
 // Element offset of (query, key) in the dS tile.
 PA_DEVICE int ds_offset(int query, int key) { return pa_tile_offset<BM>(query, key & ~7) + (key & 7); }
@@ -59,9 +69,11 @@ constexpr int LDS = BN + PA_TILE_CHUNK;  // padded row of the dS tile (elements)
 constexpr int DS_ELEMS = BM * LDS;
 constexpr int DQ_BYTES = 0;
 constexpr int ALIGN_SLACK = 0;
+constexpr int BLOCK_THREADS = PA_THREADS;
 PA_DEVICE int ds_offset(int query, int key) { return query * LDS + key; }
 #endif
-// K and V, the buffers of Q and dO, the dS tile, the buffers of LSE and delta (warpgroup MMA: the dQ tile).
+// K and V, the buffers of Q and dO, the dS tile, the buffers of LSE and delta (warpgroup MMA: the dQ tile and its
+// barriers).
 constexpr int SMEM = (int)sizeof(pa_elem) * (2 * pa_tile_elems<BN>() + 2 * STAGES * QT + DS_ELEMS) + 8 * STAGES * BM +
                      DQ_BYTES + ALIGN_SLACK;
 static_assert(PA_SMEM_BYTES == SMEM,
@@ -97,13 +109,14 @@ PA_DEVICE void store_ds_transposed(const pa_mma_c (&ds)[MT][SM], pa_elem* ds_s) 
 #endif
 
 #if PA_MMA_WGMMA
-// dq_accum rows m0.. += dS K. The warpgroups split the tile into DQ_ROWS blocks of 64 rows and, within them, the
-// head dim into DQ_N-column slices: warpgroup g computes rows 64 (g % DQ_ROWS) .. (each of its warps 16 of them),
-// columns (g / DQ_ROWS) DQ_N .., into the float32 tile dq_s; the block then adds the tile with 16-byte float32
-// atomics along its rows.
+// dS K of query tile t into the float32 tile dq_s, which the dQ writers then add to dq_accum (write_dq). The
+// warpgroups split the tile into DQ_ROWS blocks of 64 rows and, within them, the head dim into DQ_N-column slices:
+// warpgroup g computes rows 64 (g % DQ_ROWS) .. (each of its warps 16 of them), columns (g / DQ_ROWS) DQ_N ...
+// Before writing, waits for the writers to be done with tile t - 1 (`empty`); then hands the tile to them (`full`).
 constexpr int DQ_ROWS = BM / 64;
 constexpr int DQ_N = D / (WAVES / 4 / DQ_ROWS);
-PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, float* dq, int m0, int rows) {
+PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, unsigned long long* full,
+                      unsigned long long* empty, int t) {
     const int g = pa_wave_id() / 4, r0 = g % DQ_ROWS * 64, c0 = g / DQ_ROWS * DQ_N;
     pa_mma_c part[DQ_N / PA_MMA_N];
 #pragma unroll
@@ -118,19 +131,38 @@ PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, floa
     pa_wgmma_commit();
     pa_wgmma_wait<0>();
     pa_wgmma_settle<DQ_N / 2>(&part[0][0]);
+    if (t > 0) pa_mbar_wait(empty, (t - 1) & 1);
 #pragma unroll
     for (int rr = 0; rr < PA_MMA_C_ROWS; ++rr)
         pa_tile_store_row_f32(dq_s + (r0 + pa_wave_id() % 4 * PA_MMA_M + pa_mma_c_row(rr)) * LDQ + c0, part, rr, 1.f);
-    __syncthreads();
-    // Thread i adds columns 4 (i % (D / 4)) .. of rows i / (D / 4), i / (D / 4) + PA_THREADS / (D / 4), ...
-    const int c = threadIdx.x % (D / 4) * 4;
-    const int valid = rows - m0;
-    float* dst = dq + (pa_i64)m0 * D + c;
-#pragma unroll 1
-    for (int r = threadIdx.x / (D / 4); r < min(BM, valid); r += PA_THREADS / (D / 4))
-        pa_atomic_add4(dst + r * D, pa_load4(dq_s + r * LDQ + c));
+    pa_mbar_arrive(full);
 }
+
+// The dQ writers: for each of the block's `tiles` query tiles, wait for its dQ tile dq_s, add its first `valid` rows
+// to the float32 rows at dst (tile_rows(t, dst, valid)) with 16-byte atomics, and hand the tile back. Writer i adds
+// columns 4 (i % (D / 4)) .. of rows i / (D / 4), i / (D / 4) + WRITERS / (D / 4), ...
+template <class TileRows>
+PA_DEVICE void write_dq(const float* dq_s, unsigned long long* full, unsigned long long* empty, int tiles,
+                        const TileRows& tile_rows) {
+    const int id = threadIdx.x - PA_THREADS, c = id % (D / 4) * 4;
+#pragma unroll 1
+    for (int t = 0; t < tiles; ++t) {
+        float* dst;
+        int valid;
+        tile_rows(t, dst, valid);
+        dst += c;
+        pa_mbar_wait(full, t & 1);
+#pragma unroll 1
+        for (int r = id / (D / 4); r < min(BM, valid); r += WRITERS / (D / 4))
+            pa_atomic_add4(dst + r * D, pa_load4(dq_s + r * LDQ + c));
+        pa_mbar_arrive(empty);
+    }
+}
+
+// Every computing thread (not the dQ writers) waits here.
+PA_DEVICE void sync_computing() { pa_named_sync(1, PA_THREADS); }
 #else
+PA_DEVICE void sync_computing() { __syncthreads(); }
 
 // dq_accum rows m0.. (columns c0..) += dS K: the BM x DC product split into units of PA_MMA_M rows and
 // PA_MMA_B_TILES column tiles, spread over the waves, each added with float32 atomics.
@@ -174,7 +206,7 @@ PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq, int m0
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash_bwd_dkdv_mma(const PaBwdParams p) {
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS) pa_flash_bwd_dkdv_mma(const PaBwdParams p) {
     extern __shared__ float4 pa_smem4[];
     pa_elem* k_s = pa_tile_base(pa_smem4);
     pa_elem* v_s = k_s + pa_tile_elems<BN>();
@@ -184,7 +216,15 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     float* lse_s = reinterpret_cast<float*>(ds_s + DS_ELEMS);  // STAGES buffers each of LSE (log2 units) and delta
     float* delta_s = lse_s + STAGES * BM;
 #if PA_MMA_WGMMA
-    float* dq_s = delta_s + STAGES * BM;  // BM x LDQ
+    float* dq_s = delta_s + STAGES * BM;                                                   // BM x LDQ
+    unsigned long long* dq_full = reinterpret_cast<unsigned long long*>(dq_s + BM * LDQ);  // written (by all)
+    unsigned long long* dq_empty = dq_full + 1;                                            // added (by every writer)
+    if (threadIdx.x == 0) {
+        pa_mbar_init(dq_full, PA_THREADS);
+        pa_mbar_init(dq_empty, WRITERS);
+        pa_mbar_init_fence();
+    }
+    __syncthreads();
 #endif
 
     // Block x: key block n of (batch, key/value head) bh, column slice c; consecutive blocks take the key blocks of
@@ -198,18 +238,31 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     if (n0 >= seq.seqlen_k) return;  // past the end of a shorter sequence
     const PaMask& mask = seq.mask;
 
-    const PaTileLoader<BN> kv_loader;
-    kv_loader.start(k_s, static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh + (seq.k_start + n0) * p.k_sn,
-                    p.k_sn, seq.seqlen_k - n0);
-    kv_loader.start(v_s, static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh + (seq.k_start + n0) * p.v_sn,
-                    p.v_sn, seq.seqlen_k - n0);
-
     // The query tiles of every head of the group, in order: tile t holds query rows m_first + (t % per_group) BM..
     // of head h_kv group + t / per_group. start_tile(t) starts copying tile t into buffer t % STAGES.
     const int m_first = pa_mask_first_row(mask, n0) / BM * BM;
     const int m_end = min(seq.seqlen_q, pa_mask_rows_end(mask, n0, BN));
     const int per_group = m_first < m_end ? (m_end - m_first + BM - 1) / BM : 0;
     const int tiles = per_group * group;
+#if PA_MMA_WGMMA
+    if (threadIdx.x >= PA_THREADS) {  // the dQ writers
+        pa_regs_dec<WRITER_REGS>();
+        if (p.dq_atomic)
+            write_dq(dq_s, dq_full, dq_empty, tiles, [&](int t, float*& dst, int& valid) {
+                const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM;
+                dst = p.dq_accum + (pa_bwd_row0(p, seq, b, h) + m0) * D;
+                valid = seq.seqlen_q - m0;
+            });
+        return;
+    }
+    pa_regs_inc<MMA_REGS>();
+#endif
+
+    const PaTileLoader<BN> kv_loader;
+    kv_loader.start(k_s, static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh + (seq.k_start + n0) * p.k_sn,
+                    p.k_sn, seq.seqlen_k - n0);
+    kv_loader.start(v_s, static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh + (seq.k_start + n0) * p.v_sn,
+                    p.v_sn, seq.seqlen_k - n0);
     const PaTileLoader<BM> q_loader;
     auto start_tile = [&](int t) {
         const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM, buf = t % STAGES;
@@ -237,13 +290,10 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
 #pragma unroll
             for (int i = 0; i < PA_MMA_C_REGS; ++i) dk[mt][j][i] = dv[mt][j][i] = 0.f;
 
-#if PA_BWD_V_IN_REGS
-    pa_mma_a v_a[D / PA_MMA_K];  // this warp's 16 keys of V, dP^T's left operand
-#endif
     for (int t = 0; t < tiles; ++t) {
         const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM, buf = t % STAGES;
         pa_async_wait<0>();
-        __syncthreads();  // tile t has landed; every wave is done with tile t - 1 (its buffers and the dS tile)
+        sync_computing();  // tile t has landed; every wave is done with tile t - 1 (its buffers and the dS tile)
         if (STAGES == 2 && t + 1 < tiles) {
             start_tile(t + 1);
             pa_async_commit();
@@ -254,12 +304,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
         pa_mma_c s[MT][SM], ds[MT][SM];
 #if PA_TILE_ASYNC
         pa_tile_qk_start<MT, SM, BN, BM>(s, k_s, q_t);
-#if PA_BWD_V_IN_REGS
-        if (t == 0) pa_tile_load_rows_a<BN>(v_a, v_s);  // K and V have landed with the first tile
-        pa_tile_qk_start_a<SM, BM>(ds, v_a, do_t);
-#else
         pa_tile_qk_start<MT, SM, BN, BM>(ds, v_s, do_t);
-#endif
         pa_tile_wait_scores<1>(s);
         pa_tile_wait_scores<0>(ds);
 #else
@@ -285,9 +330,9 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
 #else
             store_ds_transposed(ds, ds_s);
 #endif
-            __syncthreads();
+            sync_computing();
 #if PA_MMA_WGMMA
-            add_dq(ds_s, k_s, dq_s, p.dq_accum + pa_bwd_row0(p, seq, b, h) * D, m0, seq.seqlen_q);
+            add_dq(ds_s, k_s, dq_s, dq_full, dq_empty, t);
 #else
             add_dq(ds_s, k_s, p.dq_accum + pa_bwd_row0(p, seq, b, h) * D, m0, seq.seqlen_q, c0);
 #endif
@@ -297,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
         pa_tile_wait_all(dv);
 #endif
         if (STAGES == 1 && t + 1 < tiles) {
-            __syncthreads();  // every wave is done with the one buffer
+            sync_computing();  // every wave is done with the one buffer
             start_tile(t + 1);
             pa_async_commit();
         }

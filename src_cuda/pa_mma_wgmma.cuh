@@ -132,10 +132,10 @@ PA_DEVICE void pa_wgmma_rs(float* d, const unsigned (&a)[4], unsigned long long 
 #endif
 
 // d (N / 2 floats) += A (64 x 16) * B (16 x N). ss: A and B in shared memory, both K-major; accumulate == 0
-// overwrites d instead. rs: A in registers, B N-major (transposed). rk: A in registers, B K-major (the backward's
-// dP^T = V dO^T, N = 64; accumulate as for ss). st: A K-major and B N-major, both in shared memory. Score tiles are
-// 64, 80 or 128 keys wide (ss); output tiles are the head dim wide, at most 128 columns a product (rs, N = 64, 96 or
-// 128); the backward's dQ = dS K takes half the head dim per warpgroup (st, N = 32 or 64).
+// overwrites d instead. rs: A in registers, B N-major (transposed). st: A K-major and B N-major, both in shared
+// memory. Score tiles are 64, 80 or 128 keys wide (ss); output tiles are the head dim wide, at most 128
+// columns a product (rs, N = 64, 96 or 128); the backward's dQ = dS K takes half the head dim per warpgroup (st, N = 32
+// or 64).
 // clang-format off: the operand lists keep eight accumulators a line
 PA_DEVICE void pa_wgmma_ss_n64(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
     asm volatile(
@@ -183,19 +183,6 @@ PA_DEVICE void pa_wgmma_ss_n128(float* d, unsigned long long desc_a, unsigned lo
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-PA_DEVICE void pa_wgmma_rk_n64(float* d, const unsigned (&a)[4], unsigned long long desc_b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PA_WGMMA_AB " {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 PA_DEVICE void pa_wgmma_rs_n64(float* d, const unsigned (&a)[4], unsigned long long desc_b) {
     asm volatile(

@@ -17,10 +17,9 @@
 //                                              rows of v_s (ON = PA_HEAD_DIM / PA_MMA_N output fragments)
 // These complete before they return (PA_TILE_ASYNC = 0). With the warpgroup MMA (PA_TILE_ASYNC = 1) the products
 // are asynchronous instead: pa_tile_qk_start, pa_tile_pv_start (P as A fragments, from pa_tile_to_a) and the
-// waits pa_tile_wait_scores<PENDING> / pa_tile_wait_all; 16-bit, with the left operand kept in registers:
-// pa_tile_load_rows_a (this warp's 16 rows of a tile as A fragments) and pa_tile_qk_start_a. PA_TILE_STAGES is the
-// number of K and V buffers, and pa_tile_base gives the first tile in dynamic shared memory; pa_tile_store_row writes
-// one output row. PaTileLoader<ROWS, STREAMED> copies ROWS x PA_HEAD_DIM tiles from global memory into that layout.
+// waits pa_tile_wait_scores<PENDING> / pa_tile_wait_all. PA_TILE_STAGES is the number of K and V buffers, and
+// pa_tile_base gives the first tile in dynamic shared memory; pa_tile_store_row writes one output row.
+// PaTileLoader<ROWS, STREAMED> copies ROWS x PA_HEAD_DIM tiles from global memory into that layout.
 #pragma once
 
 #include "pa_mma.cuh"
@@ -138,29 +137,6 @@ PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const
     }
     pa_wgmma_commit();
 }
-#if !PA_F32
-// This warp's 16 rows of the ROWS-row tile `tile`, every head-dim column, as A fragments (one per 16 columns).
-template <int ROWS>
-PA_DEVICE void pa_tile_load_rows_a(pa_mma_a (&a)[PA_HEAD_DIM / PA_MMA_K], const pa_elem* tile) {
-    const int lane = pa_lane_id();
-#pragma unroll
-    for (int kk = 0; kk < PA_HEAD_DIM / PA_MMA_K; ++kk)
-        pa_ldmatrix_x4(a[kk],
-                       tile + pa_tile_offset<ROWS>(pa_wave_row<1>(0) + lane % 16, kk * PA_MMA_K + lane / 16 * 8));
-}
-// s = A B^T started, with A this group's 64 rows in registers (pa_tile_load_rows_a) and B the BN rows of b_s
-// (64 of them: the one width the unit's register-operand K-major product is wrapped for).
-template <int SN, int BN>
-PA_DEVICE void pa_tile_qk_start_a(pa_mma_c (&s)[1][SN], const pa_mma_a (&a)[PA_HEAD_DIM / PA_MMA_K],
-                                  const pa_elem* b_s) {
-    static_assert(SN * PA_MMA_N == BN && BN == 64, "register-operand scores: 64 columns");
-    pa_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < PA_HEAD_DIM / PA_MMA_K; ++kk)
-        pa_wgmma_rk_n64(&s[0][0][0], a[kk], pa_wgmma_desc(pa_tile_operand<BN>(b_s, 0, kk * PA_MMA_K), 16), kk > 0);
-    pa_wgmma_commit();
-}
-#endif
 // P V in products of at most 128 output columns (the accumulators of columns c.. start at fragment c / PA_MMA_N).
 template <int MT, int ON, int BN>
 PA_DEVICE void pa_tile_pv_start(pa_mma_c (&acc)[MT][ON], const pa_mma_a (&a)[MT][BN / PA_MMA_K], const pa_elem* v_s) {

@@ -202,12 +202,17 @@ class BwdSpec(KernelSpec):
         return {"PA_SPLIT": t.split, "PA_MIN_BLOCKS": t.min_blocks} | stages | wgmma
 
     @property
+    def block_threads(self) -> int:
+        """The warpgroup-MMA dK/dV kernel adds a warpgroup that writes dQ (``WRITERS`` in the kernel)."""
+        return self.tile.threads + (128 if self.tile.warpgroup_mma and self.stage == "dkdv" else 0)
+
+    @property
     def smem_bytes(self) -> int:
         """mma dkdv: K and V tiles, ``stages`` buffers of Q and dO tiles (rows padded by 16 bytes), the dS tile
         [block_m][block_n + 16 bytes] and ``stages`` buffers of the LSE and delta rows (warpgroup MMA: unpadded
-        swizzled rows, a float32 dQ tile [block_m][head_dim + 4] and slack to align the tiles to 1024 bytes); mma
-        dq: Q, dO, K and V tiles and the rows; simt: the four float32 tiles (rows padded by 4 floats), the P and dS
-        tiles (rows padded by one float) and the rows. prep: none."""
+        swizzled rows, a float32 dQ tile [block_m][head_dim + 4] with its two transaction barriers, and slack to
+        align the tiles to 1024 bytes); mma dq: Q, dO, K and V tiles and the rows; simt: the four float32 tiles
+        (rows padded by 4 floats), the P and dS tiles (rows padded by one float) and the rows. prep: none."""
         t = self.tile
         if self.stage == "prep":
             return 0
@@ -218,7 +223,7 @@ class BwdSpec(KernelSpec):
         size = 4 if self.dtype == "float32" else 2
         if t.warpgroup_mma:
             tiles = (2 * t.block_n + 2 * t.stages * t.block_m) * self.head_dim + t.block_m * t.block_n
-            dq_tile = 4 * t.block_m * (self.head_dim + 4)
+            dq_tile = 4 * t.block_m * (self.head_dim + 4) + 16
             return size * tiles + 8 * t.stages * t.block_m + dq_tile + 1024 - 16
         row = self.head_dim + 16 // size
         if self.stage == "dkdv":
@@ -344,7 +349,7 @@ def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
         if grids[spec.stage] >= 2**31:
             raise ValueError(f"problem too large: {grids[spec.stage]} blocks for {spec.function} (must be < 2**31)")
         fn = loader.kernel_function(spec, target, device)
-        loader.launch(target, fn, grids[spec.stage], spec.tile.threads, spec.smem_bytes, p, stream)
+        loader.launch(target, fn, grids[spec.stage], spec.block_threads, spec.smem_bytes, p, stream)
         if spec.stage == "prep" and grad_lse is not None:  # the LSE's own gradient: dS = P (dP - delta + grad_lse)
             delta.sub_(grad_lse)
     if not deterministic:

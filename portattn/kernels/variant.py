@@ -105,6 +105,11 @@ class KernelSpec:
         return defines | self.family_defines() | dict(self.test_defines)
 
     @property
+    def block_threads(self) -> int:
+        """Threads of a launched block: the tile's, plus any helper warpgroup the kernel adds."""
+        return self.tile.threads
+
+    @property
     def float32_on_matrix_units(self) -> bool:
         """float32 inputs on a matrix-unit kernel (every kernel but simt): 3xTF32 on NVIDIA, fp32 MFMA on AMD."""
         return self.dtype == "float32" and self.kernel != "simt"

@@ -46,7 +46,7 @@ def report_rows(target: Target, cache: DiskCache | None = None,
             progress(n, len(specs), kernel, time.perf_counter() - start)
         res = kernel.resources
         note = f"at most {forward.SHORT_SEQLEN} queries" if forward.is_short_only(spec, target) else ""
-        rows.append(ReportRow(target.arch, spec, res, occupancy(res, spec.tile.threads, spec.smem_bytes, target),
+        rows.append(ReportRow(target.arch, spec, res, occupancy(res, spec.block_threads, spec.smem_bytes, target),
                               note))
     return rows
 
@@ -60,7 +60,7 @@ def format_rows(rows: list[ReportRow]) -> str:
         tile = ", ".join([f"{r.spec.tile.block_m}x{r.spec.tile.block_n}", *r.spec.options])
         tile += f" ({r.note})" * bool(r.note)
         cells = [r.arch, r.spec.function, r.spec.dtype, str(r.spec.head_dim), tile,
-                 str(r.spec.tile.threads), regs, str(r.resources.static_smem + r.spec.smem_bytes),
+                 str(r.spec.block_threads), regs, str(r.resources.static_smem + r.spec.smem_bytes),
                  str(r.resources.spill_bytes), str(r.resources.scratch_bytes), r.occupancy]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
