@@ -217,9 +217,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS) pa_fl
     float* lse_s = reinterpret_cast<float*>(ds_s + DS_ELEMS);  // STAGES buffers each of LSE (log2 units) and delta
     float* delta_s = lse_s + STAGES * BM;
 #if PA_MMA_WGMMA
-    float* dq_s = delta_s + STAGES * BM;                                                   // BM x LDQ
-    unsigned long long* dq_full = reinterpret_cast<unsigned long long*>(dq_s + BM * LDQ);  // written (by all)
-    unsigned long long* dq_empty = dq_full + 1;                                            // added (by every writer)
+    float* dq_s = delta_s + STAGES * BM;  // BM x LDQ
+    // The dQ tile's barriers: written (every computing thread arrives), added (every writer arrives).
+    unsigned long long* dq_full = reinterpret_cast<unsigned long long*>(dq_s + BM * LDQ);
+    unsigned long long* dq_empty = dq_full + 1;
     if (threadIdx.x == 0) {
         pa_mbar_init(dq_full, PA_THREADS);
         pa_mbar_init(dq_empty, WRITERS);
