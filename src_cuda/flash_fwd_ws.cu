@@ -57,7 +57,7 @@ constexpr bool PINGPONG = CONSUMERS == 2;
 // few; the computing ones share the rest, at most 256 each (240 each for two, 160 for three). Asking for more than
 // the block holds would leave a warpgroup waiting forever. A block of 256 threads holds 256 registers per thread at
 // launch: every warpgroup keeps what it has.
-constexpr int LAUNCH_REGS = 65536 / PA_THREADS / 8 * 8;
+constexpr int LAUNCH_REGS = pa_launch_regs(PA_THREADS);
 constexpr int COPY_REGS = F32 ? 56 : 24;  // float32: the splitting threads hold a few tiles' addresses
 constexpr int MMA_REGS_SHARE = (PA_THREADS / 128 * LAUNCH_REGS - COPIERS * COPY_REGS) / CONSUMERS / 8 * 8;
 constexpr int MMA_REGS = MMA_REGS_SHARE < 256 ? MMA_REGS_SHARE : 256;

@@ -19,16 +19,17 @@
 // dq_accum while the others go on with the next query tile; two transaction barriers hand the tile back and forth.
 // The writers give their registers to the computing warpgroups (setmaxnreg).
 //
-// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_SPLIT, PA_STAGES,
-// PA_MIN_BLOCKS, PA_SMEM_BYTES, PA_BF16, PA_F32, PA_MMA_WGMMA.
+// Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS (the computing threads),
+// PA_BLOCK_THREADS (all of the block's), PA_SPLIT, PA_STAGES, PA_MIN_BLOCKS, PA_SMEM_BYTES, PA_BF16, PA_F32,
+// PA_MMA_WGMMA.
 #include "pa_bwd.cuh"
 #if PA_MMA_WGMMA
 #include "pa_prelude_tma.cuh"
 #endif
 
 #if !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_SPLIT) || !defined(PA_STAGES) || \
-    !defined(PA_MIN_BLOCKS) || !defined(PA_SMEM_BYTES)
-#error "PA_BLOCK_M, PA_BLOCK_N, PA_SPLIT, PA_STAGES, PA_MIN_BLOCKS and PA_SMEM_BYTES must be defined by the host"
+    !defined(PA_MIN_BLOCKS) || !defined(PA_SMEM_BYTES) || !defined(PA_BLOCK_THREADS)
+#error "PA_BLOCK_M, PA_BLOCK_N, PA_SPLIT, PA_STAGES, PA_MIN_BLOCKS, PA_SMEM_BYTES and PA_BLOCK_THREADS must be defined"
 #endif
 
 namespace {
@@ -55,10 +56,10 @@ constexpr int DS_ELEMS = BM * BN;  // the dS tile [query][key], swizzled like th
 constexpr int LDQ = D + 4;         // padded row of the float32 dQ tile
 constexpr int WRITERS = 128;       // the dQ writers' threads (one warpgroup)
 constexpr int BLOCK_THREADS = PA_THREADS + WRITERS;
-// Registers per thread after the reallocation (setmaxnreg), out of the 65536 / BLOCK_THREADS each holds at launch.
+// Registers per thread after the reallocation (setmaxnreg), out of what the block holds at launch.
 constexpr int WRITER_REGS = 24;
 constexpr int MMA_REGS = 240;
-static_assert(PA_THREADS * MMA_REGS + WRITERS * WRITER_REGS <= 65536 / BLOCK_THREADS / 8 * 8 * BLOCK_THREADS,
+static_assert(PA_THREADS * MMA_REGS + WRITERS * WRITER_REGS <= pa_launch_regs(BLOCK_THREADS) * BLOCK_THREADS,
               "the warpgroups ask for more registers than the block holds: setmaxnreg would wait forever");
 // The dQ tile, then its full and empty transaction barriers.
 constexpr int DQ_BYTES = 4 * BM * LDQ + 16;
@@ -73,6 +74,8 @@ constexpr int ALIGN_SLACK = 0;
 constexpr int BLOCK_THREADS = PA_THREADS;
 PA_DEVICE int ds_offset(int query, int key) { return query * LDS + key; }
 #endif
+static_assert(PA_BLOCK_THREADS == BLOCK_THREADS,
+              "the host's block size (PA_BLOCK_THREADS) does not match this kernel's");
 // K and V, the buffers of Q and dO, the dS tile, the buffers of LSE and delta (warpgroup MMA: the dQ tile and its
 // barriers).
 constexpr int SMEM = (int)sizeof(pa_elem) * (2 * pa_tile_elems<BN>() + 2 * STAGES * QT + DS_ELEMS) + 8 * STAGES * BM +

@@ -59,6 +59,11 @@ PA_DEVICE void pa_named_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Registers per thread that a block of `threads` threads holds at launch: its launch bound's count, which ptxas
+// uses in full (the code after a pa_regs_inc is compiled to the raised count). Warpgroups that move registers
+// between them must ask for no more than these in all, or one asking for more would wait forever.
+__host__ __device__ constexpr int pa_launch_regs(int threads) { return 65536 / threads / 8 * 8; }
+
 // Give registers back (DEC) or take them (INC): the warpgroup's threads hold REGS registers each afterwards.
 template <int REGS>
 PA_DEVICE void pa_regs_dec() {

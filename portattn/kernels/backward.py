@@ -197,13 +197,14 @@ class BwdSpec(KernelSpec):
             return {"PA_ROW_LANES": t.row_lanes}
         if self.kernel == "simt":
             return {}
-        stages = {"PA_STAGES": t.stages} if self.stage == "dkdv" else {}
+        stages = {"PA_STAGES": t.stages, "PA_BLOCK_THREADS": self.block_threads} if self.stage == "dkdv" else {}
         wgmma = {"PA_MMA_WGMMA": 1} if t.warpgroup_mma else {}
         return {"PA_SPLIT": t.split, "PA_MIN_BLOCKS": t.min_blocks} | stages | wgmma
 
     @property
     def block_threads(self) -> int:
-        """The warpgroup-MMA dK/dV kernel adds a warpgroup that writes dQ (``WRITERS`` in the kernel)."""
+        """The warpgroup-MMA dK/dV kernel adds a warpgroup that writes dQ (``WRITERS`` in the kernel, which checks
+        this count: ``PA_BLOCK_THREADS``)."""
         return self.tile.threads + (128 if self.tile.warpgroup_mma and self.stage == "dkdv" else 0)
 
     @property
