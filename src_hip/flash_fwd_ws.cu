@@ -51,7 +51,7 @@ constexpr int PARTS = F32 ? 2 : 1;      // tiles per operand: float32 splits eac
 constexpr int V_LANDING = F32 ? 2 : 0;  // float32: V tiles land here and are written transposed into their stage
 // float32: the copying warpgroups' threads that split and transpose (all but the first warp, which copies)
 constexpr int CONVERTERS = F32 ? COPIERS * 128 - PA_WARP_SIZE : 0;
-constexpr int BARRIERS = 1 + 4 * STAGES + (F32 ? 2 * STAGES + 2 * V_LANDING : 0);
+constexpr int BARRIERS = 2 + 4 * STAGES + (F32 ? 2 * STAGES + 2 * V_LANDING : 0);
 constexpr bool PINGPONG = CONSUMERS == 2;
 // Registers per thread after the reallocation (setmaxnreg), out of what the block holds at launch: the launch bound's
 // LAUNCH_REGS per thread (ptxas uses them all: the computing warpgroups' code needs more). The copying warpgroups keep
@@ -70,9 +70,9 @@ static_assert(CONSUMERS >= 1 && BM == 64 * CONSUMERS, "64 query rows per computi
 static_assert(COPIERS == 1 || (F32 && COPIERS <= 3), "one copying warpgroup (float32: up to three)");
 static_assert(STAGES >= 2, "at least two K and two V buffers");
 static_assert(!F32 || (BN % PA_WARP_SIZE == 0 && D % PA_TILE_CHUNK == 0), "float32 V tiles are transposed by warps");
-// Q, STAGES K and V buffers (each as PARTS tiles), the V landing buffers, the barriers (Q, then full K, full V, empty
-// K and empty V, STAGES each; float32: ready K and ready V, STAGES each, and full and empty landing buffers), and the
-// slack that aligns the tiles to 1024 bytes.
+// Q, STAGES K and V buffers (each as PARTS tiles), the V landing buffers, the barriers (full and empty Q, then full K,
+// full V, empty K and empty V, STAGES each; float32: ready K and ready V, STAGES each, and full and empty landing
+// buffers), and the slack that aligns the tiles to 1024 bytes.
 static_assert(PA_SMEM_BYTES ==
                   (int)sizeof(pa_elem) * (PARTS * pa_tile_elems<BM>() + (2 * PARTS * STAGES + V_LANDING) * KV) +
                       8 * BARRIERS + 1024 - 16,
@@ -84,8 +84,8 @@ PA_DEVICE int group_barrier(int w) { return 3 + w; }
 
 #if PA_F32
 // float32, one of the CONVERTERS threads (`id`): split the K tiles in place and transpose the V tiles into their
-// stages, tile by tile, for the computing warpgroups.
-PA_DEVICE void convert_tiles(int id, int n_tiles, pa_elem* k_s, pa_elem* v_s, pa_elem* v_land,
+// stages, tile by tile, for the computing warpgroups: the block's tiles [tiles, tiles + n_tiles).
+PA_DEVICE void convert_tiles(int id, int tiles, int n_tiles, pa_elem* k_s, pa_elem* v_s, pa_elem* v_land,
                              unsigned long long* k_full, unsigned long long* k_ready, unsigned long long* v_ready,
                              unsigned long long* v_empty, unsigned long long* land_full,
                              unsigned long long* land_empty) {
@@ -93,7 +93,7 @@ PA_DEVICE void convert_tiles(int id, int n_tiles, pa_elem* k_s, pa_elem* v_s, pa
     constexpr int CHUNKS = KV / PA_TILE_CHUNK;                      // 16-byte chunks of a K tile
     constexpr int TASKS = BN / PA_WARP_SIZE * (D / PA_TILE_CHUNK);  // (key group, column chunk) pairs of a V tile
     const int warp = id / PA_WARP_SIZE, lane = pa_lane_id();
-    for (int t = 0; t < n_tiles; ++t) {
+    for (int t = tiles; t < tiles + n_tiles; ++t) {
         const int st = t % STAGES, land = t % V_LANDING;
         pa_elem* k = k_s + st * PARTS * KV;
         pa_mbar_wait(k_full + st, (t / STAGES) & 1);
@@ -135,6 +135,28 @@ PA_DEVICE void convert_tiles(int id, int n_tiles, pa_elem* k_s, pa_elem* v_s, pa
 }
 #endif  // PA_F32
 
+// One query block of a persistent block's work: its coordinates, sequence and key tiles [first, first + n_tiles).
+struct Job {
+    PaBlock blk;
+    PaSeq seq;
+    int first, n_tiles;
+};
+PA_DEVICE Job job_of(const PaFwdParams& p, int unit, int part) {
+    Job j;
+    j.blk = pa_unit_block(p, BM, unit, part);
+    j.seq = pa_seq(p, j.blk.b);
+    j.first = pa_mask_rows_key_begin(j.seq.mask, j.blk.row0) / BN;
+    const int end = (pa_mask_rows_key_end(j.seq.mask, j.blk.row0, BM) + BN - 1) / BN;
+    j.n_tiles = max(0, end - j.first);
+    return j;
+}
+// Calls f(job) for each query block of this block's units, in order.
+template <class F>
+PA_DEVICE void for_each_job(const PaFwdParams& p, F&& f) {
+    for (int unit = blockIdx.x; unit < p.num_units; unit += gridDim.x)
+        for (int part = 0; part < pa_unit_parts(p, unit); ++part) f(job_of(p, unit, part));
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(const __grid_constant__ PaFwdParams p) {
@@ -144,7 +166,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     pa_elem* v_s = k_s + STAGES * PARTS * KV;          // STAGES buffers of BN rows (float32: transposed)
     pa_elem* v_land = v_s + STAGES * PARTS * KV;       // float32: V_LANDING tiles of BN rows
     unsigned long long* q_full = reinterpret_cast<unsigned long long*>(v_land + V_LANDING * KV);
-    unsigned long long* k_full = q_full + 1;         // K of the buffer has landed
+    unsigned long long* q_empty = q_full + 1;        // every computing warp is done with the job's Q
+    unsigned long long* k_full = q_empty + 1;        // K of the buffer has landed
     unsigned long long* v_full = k_full + STAGES;    // V of the buffer has landed (16-bit)
     unsigned long long* k_empty = v_full + STAGES;   // every computing warp is done with the buffer's K
     unsigned long long* v_empty = k_empty + STAGES;  // every computing warp is done with the buffer's V
@@ -154,17 +177,11 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     unsigned long long* v_ready = F32 ? k_ready + STAGES : v_full;
     unsigned long long* land_full = v_ready + STAGES;
     unsigned long long* land_empty = land_full + V_LANDING;
-
-    const PaBlock blk = pa_block_coords(p, BM);
-    const int b = blk.b, h = blk.h, row0 = blk.row0;
-    const PaSeq seq = pa_seq(p, b);
-    const int first = pa_mask_rows_key_begin(seq.mask, row0) / BN;
-    const int end = (pa_mask_rows_key_end(seq.mask, row0, BM) + BN - 1) / BN;
-    const int n_tiles = max(0, end - first);
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
         pa_mbar_init(q_full, 1);
+        pa_mbar_init(q_empty, CONSUMERS * 4);
         for (int i = 0; i < STAGES; ++i) {
             pa_mbar_init(k_full + i, 1);
             pa_mbar_init(v_full + i, 1);
@@ -183,53 +200,54 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     }
     __syncthreads();
 
+    // Each role counts the jobs and the K/V tiles it has passed over all of the block's jobs: a tile's buffer and
+    // barrier phase follow from its count (tile i: buffer i % STAGES, phase i / STAGES), a job's Q phase from jobs.
     if (wg >= CONSUMERS) {  // the copying warpgroups
         if (REALLOCATE) pa_regs_dec<COPY_REGS>();
         const int copier = threadIdx.x - CONSUMERS * 128;
         if (F32 && copier >= PA_WARP_SIZE) {
 #if PA_F32
-            convert_tiles(copier - PA_WARP_SIZE, n_tiles, k_s, v_s, v_land, k_full, k_ready, v_ready, v_empty,
-                          land_full, land_empty);
+            int tiles = 0;
+            for_each_job(p, [&](const Job& j) {
+                convert_tiles(copier - PA_WARP_SIZE, tiles, j.n_tiles, k_s, v_s, v_land, k_full, k_ready, v_ready,
+                              v_empty, land_full, land_empty);
+                tiles += j.n_tiles;
+            });
 #endif
         } else if (copier == 0) {
-            // Copy `rows` rows from row `row` of head `head` (this batch) into a tile, completing on `bar`.
-            auto copy = [&](pa_elem* tile, int rows, const PaTensorMap* map, int row, int head,
-                            unsigned long long* bar) {
-                pa_mbar_expect_bytes(bar, rows * COL_BLOCKS * ROW_ELEMS * (int)sizeof(pa_elem));
+            int jobs = 0, tiles = 0;
+            for_each_job(p, [&](const Job& j) {
+                // Copy `rows` rows from row `row` of head `head` (this batch) into a tile, completing on `bar`.
+                auto copy = [&](pa_elem* tile, int rows, const PaTensorMap* map, int row, int head,
+                                unsigned long long* bar) {
+                    pa_mbar_expect_bytes(bar, rows * COL_BLOCKS * ROW_ELEMS * (int)sizeof(pa_elem));
 #pragma unroll
-                for (int c = 0; c < COL_BLOCKS; ++c)
-                    pa_tma_load4(tile + c * rows * ROW_ELEMS, map, c * ROW_ELEMS, row, head, b, bar);
-            };
-            copy(q_s, BM, &p.map_q, (int)seq.q_start + row0, h, q_full);
-            for (int t = 0; t < n_tiles; ++t) {
-                const int st = t % STAGES, row = (int)seq.k_start + (first + t) * BN;
-                if (t >= STAGES) pa_mbar_wait(k_empty + st, (t / STAGES - 1) & 1);
-                copy(k_s + st * PARTS * KV, BN, &p.map_k, row, blk.h_kv, k_full + st);
+                    for (int c = 0; c < COL_BLOCKS; ++c)
+                        pa_tma_load4(tile + c * rows * ROW_ELEMS, map, c * ROW_ELEMS, row, head, j.blk.b, bar);
+                };
+                if (jobs > 0) pa_mbar_wait(q_empty, (jobs - 1) & 1);
+                copy(q_s, BM, &p.map_q, (int)j.seq.q_start + j.blk.row0, j.blk.h, q_full);
+                for (int t = 0; t < j.n_tiles; ++t) {
+                    const int i = tiles + t, st = i % STAGES, row = (int)j.seq.k_start + (j.first + t) * BN;
+                    if (i >= STAGES) pa_mbar_wait(k_empty + st, (i / STAGES - 1) & 1);
+                    copy(k_s + st * PARTS * KV, BN, &p.map_k, row, j.blk.h_kv, k_full + st);
 #if PA_F32
-                const int land = t % V_LANDING;
-                if (t >= V_LANDING) pa_mbar_wait(land_empty + land, (t / V_LANDING - 1) & 1);
-                copy(v_land + land * KV, BN, &p.map_v, row, blk.h_kv, land_full + land);
+                    const int land = i % V_LANDING;
+                    if (i >= V_LANDING) pa_mbar_wait(land_empty + land, (i / V_LANDING - 1) & 1);
+                    copy(v_land + land * KV, BN, &p.map_v, row, j.blk.h_kv, land_full + land);
 #else
-                if (t >= STAGES) pa_mbar_wait(v_empty + st, (t / STAGES - 1) & 1);
-                copy(v_s + st * KV, BN, &p.map_v, row, blk.h_kv, v_full + st);
+                    if (i >= STAGES) pa_mbar_wait(v_empty + st, (i / STAGES - 1) & 1);
+                    copy(v_s + st * KV, BN, &p.map_v, row, j.blk.h_kv, v_full + st);
 #endif
-            }
+                }
+                ++jobs;
+                tiles += j.n_tiles;
+            });
         }
         return;
     }
 
     if (REALLOCATE) pa_regs_inc<MMA_REGS>();
-    const PaMod mod = pa_seq_mod(p, seq, b, h);
-    pa_mma_c acc[1][ON], part[1][ON];
-    // Where P·V goes: float32 sums each tile apart (pa_tile_pv_start), to be added to acc.
-    pa_mma_c(&pv)[1][ON] = F32 ? part : acc;
-    PaSoftmax<1> sm;
-    pa_softmax_init(sm);
-#pragma unroll
-    for (int j = 0; j < ON; ++j)
-#pragma unroll
-        for (int i = 0; i < PA_MMA_C_REGS; ++i) acc[0][j][i] = 0.f;
-    pa_mma_a probs[1][BN / PA_MMA_K];  // P of the previous tile, the left operand of its P·V
     // Issue this warpgroup's products in its turn, then hand the turn to the other.
     auto take_turn = [&]() {
         if (PINGPONG) pa_named_sync(turn_barrier(wg), 2 * 128);
@@ -237,61 +255,87 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     auto pass_turn = [&]() {
         if (PINGPONG) pa_named_arrive(turn_barrier(1 - wg), 2 * 128);
     };
-    auto add_part = [&]() {
-#pragma unroll
-        for (int j = 0; j < ON; ++j)
-#pragma unroll
-            for (int i = 0; i < PA_MMA_C_REGS; ++i) acc[0][j][i] += part[0][j][i];
+    auto arrive = [&](unsigned long long* bar) {  // once per warp, after the products reading the buffer completed
+        if (pa_lane_id() == 0) pa_mbar_arrive(bar);
     };
-    auto release = [&](unsigned long long* empty, int t) {  // after the products reading tile t's buffer completed
-        if (pa_lane_id() == 0) pa_mbar_arrive(empty + t % STAGES);
-    };
+    // Warpgroup 0 goes first; the turn then passes back and forth across the jobs, and warpgroup 1's last
+    // hand-over is taken after the last job.
+    if (PINGPONG && wg == 1) pa_named_arrive(turn_barrier(0), 2 * 128);
+    int jobs = 0, tiles = 0;
+    for_each_job(p, [&](const Job& j) {
+        const PaMod mod = pa_seq_mod(p, j.seq, j.blk.b, j.blk.h);
+        const int row0 = j.blk.row0, n_tiles = j.n_tiles;
+        pa_mma_c acc[1][ON], part[1][ON];
+        // Where P·V goes: float32 sums each tile apart (pa_tile_pv_start), to be added to acc.
+        pa_mma_c(&pv)[1][ON] = F32 ? part : acc;
+        PaSoftmax<1> sm;
+        pa_softmax_init(sm);
+#pragma unroll
+        for (int c = 0; c < ON; ++c)
+#pragma unroll
+            for (int r = 0; r < PA_MMA_C_REGS; ++r) acc[0][c][r] = 0.f;
+        pa_mma_a probs[1][BN / PA_MMA_K];  // P of the previous tile, the left operand of its P·V
+        auto add_part = [&]() {
+#pragma unroll
+            for (int c = 0; c < ON; ++c)
+#pragma unroll
+                for (int r = 0; r < PA_MMA_C_REGS; ++r) acc[0][c][r] += part[0][c][r];
+        };
 
-    pa_mbar_wait(q_full, 0);
+        pa_mbar_wait(q_full, jobs & 1);
 #if PA_F32
-    // Split this warpgroup's Q rows (64 rows of each column block are contiguous).
-    for (int c = 0; c < COL_BLOCKS; ++c)
-        for (int i = threadIdx.x % 128 * PA_TILE_CHUNK; i < 64 * ROW_ELEMS; i += 128 * PA_TILE_CHUNK) {
-            pa_elem* x = q_s + c * BM * ROW_ELEMS + wg * 64 * ROW_ELEMS + i;
-            pa_tile_split4(x, x + pa_tile_elems<BM>());
-        }
-    pa_wgmma_smem_fence();
-    pa_named_sync(group_barrier(wg), 128);
+        // Split this warpgroup's Q rows (64 rows of each column block are contiguous).
+        for (int c = 0; c < COL_BLOCKS; ++c)
+            for (int i = threadIdx.x % 128 * PA_TILE_CHUNK; i < 64 * ROW_ELEMS; i += 128 * PA_TILE_CHUNK) {
+                pa_elem* x = q_s + c * BM * ROW_ELEMS + wg * 64 * ROW_ELEMS + i;
+                pa_tile_split4(x, x + pa_tile_elems<BM>());
+            }
+        pa_wgmma_smem_fence();
+        pa_named_sync(group_barrier(wg), 128);
 #endif
-    if (PINGPONG && wg == 1 && n_tiles > 0) pa_named_arrive(turn_barrier(0), 2 * 128);  // warpgroup 0 goes first
-    for (int tile = 0; tile < n_tiles; ++tile) {
-        const int st = tile % STAGES;
-        pa_mbar_wait(k_ready + st, (tile / STAGES) & 1);
-        if (tile > 0) pa_mbar_wait(v_ready + (tile - 1) % STAGES, ((tile - 1) / STAGES) & 1);
-        pa_mma_c s[1][SN];
-        take_turn();
-        pa_tile_qk_start<1, SN, BM, BN>(s, q_s, k_s + st * PARTS * KV);
-        if (tile > 0) {
-            pa_tile_pv_start<1, ON, BN>(pv, probs, v_s + (tile - 1) % STAGES * PARTS * KV);
-            pa_tile_wait_scores<1>(s);  // P·V goes on
-        } else {
-            pa_tile_wait_scores<0>(s);
+        if (n_tiles == 0) arrive(q_empty);
+        for (int tile = 0; tile < n_tiles; ++tile) {
+            const int i = tiles + tile, st = i % STAGES, prev = (i - 1) % STAGES;
+            pa_mbar_wait(k_ready + st, (i / STAGES) & 1);
+            if (tile > 0) pa_mbar_wait(v_ready + prev, ((i - 1) / STAGES) & 1);
+            pa_mma_c s[1][SN];
+            take_turn();
+            pa_tile_qk_start<1, SN, BM, BN>(s, q_s, k_s + st * PARTS * KV);
+            if (tile > 0) {
+                pa_tile_pv_start<1, ON, BN>(pv, probs, v_s + prev * PARTS * KV);
+                pa_tile_wait_scores<1>(s);  // P·V goes on
+            } else {
+                pa_tile_wait_scores<0>(s);
+            }
+            pass_turn();
+            arrive(k_empty + st);  // Q·K^T of this tile is done: its K buffer refills while P·V and the softmax run
+            if (tile == n_tiles - 1) arrive(q_empty);  // and after the job's last one, Q (the next job's)
+            const bool any_rescale =
+                pa_softmax_tile(s, sm, j.seq.mask, mod, p.scale_log2, row0, BM, (j.first + tile) * BN);
+            pa_tile_wait_all(pv);
+            if (tile > 0) {
+                arrive(v_empty + prev);
+                if (F32) add_part();
+            }
+            if (any_rescale) pa_softmax_rescale(acc, sm);
+            pa_tile_to_a(probs, s);
         }
-        pass_turn();
-        release(k_empty, tile);  // Q·K^T of this tile is done: its K buffer refills while P·V and the softmax run
-        const bool any_rescale = pa_softmax_tile(s, sm, seq.mask, mod, p.scale_log2, row0, BM, (first + tile) * BN);
-        pa_tile_wait_all(pv);
-        if (tile > 0) {
-            release(v_empty, tile - 1);
+        if (n_tiles > 0) {
+            const int last = (tiles + n_tiles - 1) % STAGES;
+            pa_mbar_wait(v_ready + last, ((tiles + n_tiles - 1) / STAGES) & 1);
+            take_turn();
+            pa_tile_pv_start<1, ON, BN>(pv, probs, v_s + last * PARTS * KV);
+            pass_turn();
+            pa_tile_wait_all(pv);
+            arrive(v_empty + last);
             if (F32) add_part();
         }
-        if (any_rescale) pa_softmax_rescale(acc, sm);
-        pa_tile_to_a(probs, s);
-    }
-    if (n_tiles > 0) {
-        pa_mbar_wait(v_ready + (n_tiles - 1) % STAGES, ((n_tiles - 1) / STAGES) & 1);
-        take_turn();
-        pa_tile_pv_start<1, ON, BN>(pv, probs, v_s + (n_tiles - 1) % STAGES * PARTS * KV);
-        pass_turn();
-        pa_tile_wait_all(pv);
-        if (F32) add_part();
-        if (PINGPONG && wg == 0) pa_named_sync(turn_barrier(0), 2 * 128);  // warpgroup 1's last hand-over
-    }
-    pa_softmax_store(acc, sm, static_cast<pa_elem*>(p.o) + b * p.o_sb + h * p.o_sh + seq.q_start * p.o_sn, p.o_sn, row0,
-                     seq.seqlen_q, p.lse == nullptr ? nullptr : p.lse + b * p.lse_sb + h * p.lse_sh + seq.q_start);
+        pa_softmax_store(acc, sm,
+                         static_cast<pa_elem*>(p.o) + j.blk.b * p.o_sb + j.blk.h * p.o_sh + j.seq.q_start * p.o_sn,
+                         p.o_sn, row0, j.seq.seqlen_q,
+                         p.lse == nullptr ? nullptr : p.lse + j.blk.b * p.lse_sb + j.blk.h * p.lse_sh + j.seq.q_start);
+        ++jobs;
+        tiles += n_tiles;
+    });
+    if (PINGPONG && wg == 0) pa_named_sync(turn_barrier(0), 2 * 128);
 }

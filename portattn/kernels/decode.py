@@ -28,9 +28,7 @@ import torch
 
 from ..errors import UnsupportedTargetError
 from ..runtime import loader
-from ..runtime.compiler import compile_kernel
 from ..runtime.params import struct_from_header
-from ..runtime.resources import blocks_per_multiprocessor
 from ..runtime.target import Target
 from .masking import NONE, Masking
 from .variant import (
@@ -43,6 +41,7 @@ from .variant import (
     current_stream,
     dtype_name,
     launch_target,
+    resident_blocks,
     rows,
 )
 
@@ -233,20 +232,6 @@ def _best_filling(resident: int, base: int, most: int) -> int:
     decimals; ties: the most splits). Kept: calls of a cache that grows one key per token mostly ask the same."""
     fill = lambda n: round(base * n / (-(-base * n // resident) * resident), 2)  # noqa: E731
     return max(range(1, most + 1), key=lambda n: (fill(n), n))
-
-
-_resident: dict[tuple[DecodeSpec, Target], int] = {}
-
-
-def resident_blocks(spec: DecodeSpec, target: Target) -> int:
-    """Blocks of the attend kernel ``spec`` that ``target`` holds at once (compiles it when not cached). Kept per
-    (spec, target): a call whose key length is new plans its launches, once per generated token."""
-    blocks = _resident.get((spec, target))
-    if blocks is None:
-        res = compile_kernel(spec, target).resources
-        blocks = target.multiprocessors * blocks_per_multiprocessor(res, spec.tile.threads, spec.smem_bytes, target)
-        _resident[(spec, target)] = blocks
-    return blocks
 
 
 def combine_groups(n_splits: int) -> int:

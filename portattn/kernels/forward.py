@@ -21,7 +21,7 @@ from ..runtime import loader
 from ..runtime.backend import backend_for
 from ..runtime.params import struct_from_header
 from ..runtime.target import Target
-from .masking import CAUSAL, PLAIN, Masking, call_fields, set_mask_fields
+from .masking import CAUSAL, NONE, PLAIN, Masking, call_fields, set_mask_fields
 from .variant import (
     DTYPES,
     HALF,
@@ -34,6 +34,7 @@ from .variant import (
     dtype_name,
     forced_kernel,
     launch_target,
+    resident_blocks,
     rows,
     selects,
 )
@@ -219,13 +220,13 @@ class FwdSpec(KernelSpec):
             return 4 * (t.block_m * ld + t.block_n * ld + t.block_m * (t.block_n + 4))
         size = 4 if self.dtype == "float32" else 2
         if self.kernel == "ws":
-            # Q and the K and V stages in rows of whole 128-byte blocks, plus the barriers: Q, and full K, full V,
-            # empty K and empty V per stage. float32: each tile in two parts (TF32 and the rest), two V landing
-            # tiles, and ready K, ready V per stage and full / empty per landing tile.
+            # Q and the K and V stages in rows of whole 128-byte blocks, plus the barriers: full and empty Q, and
+            # full K, full V, empty K and empty V per stage. float32: each tile in two parts (TF32 and the rest),
+            # two V landing tiles, and ready K, ready V per stage and full / empty per landing tile.
             row = -(-self.head_dim * size // 128) * 128
             if self.dtype == "float32":
-                return row * (2 * t.block_m + (4 * t.stages + 2) * t.block_n) + 8 * (1 + 6 * t.stages + 4) + 1024 - 16
-            return row * (t.block_m + 2 * t.stages * t.block_n) + 8 * (1 + 4 * t.stages) + 1024 - 16
+                return row * (2 * t.block_m + (4 * t.stages + 2) * t.block_n) + 8 * (2 + 6 * t.stages + 4) + 1024 - 16
+            return row * (t.block_m + 2 * t.stages * t.block_n) + 8 * (2 + 4 * t.stages) + 1024 - 16
         if t.warpgroup_mma:  # rows of whole 64-column blocks
             return size * (t.block_m + 4 * t.block_n) * -(-self.head_dim // 64) * 64 + 1024 - 16
         return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)
@@ -362,7 +363,13 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
         p.lse_sb, p.lse_sh = (0, lse.stride(0)) if masking.varlen else (lse.stride(0), lse.stride(1))
     set_mask_fields(p, masking)
     maps: tuple[tuple[str, str], ...] = ()
+    grid = items
     if spec.kernel == "ws":
         _tensor_maps(spec, p, {"q": q, "k": k, "v": v}, target)
         maps = (("map_q", "q"), ("map_k", "k"), ("map_v", "v"))
-    return loader.Launch(target, fn, items, spec.tile.threads, spec.smem_bytes, p, tensor_maps=maps)
+        # Persistent: as many blocks as the GPU holds at once, each taking units of work in turn; under a right
+        # window bound (causal) a unit pairs the k-th heaviest query block of a head with the k-th lightest.
+        p.pair_m_blocks = int(masking.right != NONE)
+        p.num_units = batch * heads_q * (-(-num_m_blocks // 2) if p.pair_m_blocks else num_m_blocks)
+        grid = min(p.num_units, resident_blocks(spec, target))
+    return loader.Launch(target, fn, grid, spec.tile.threads, spec.smem_bytes, p, tensor_maps=maps)

@@ -13,6 +13,8 @@ from typing import Callable, ClassVar
 import torch
 
 from ..errors import UnsupportedTargetError
+from ..runtime.compiler import compile_kernel
+from ..runtime.resources import blocks_per_multiprocessor
 from ..runtime.target import Target, target_for
 
 HEAD_DIMS = (32, 64, 96, 128, 256)
@@ -154,6 +156,20 @@ class Overrides:
 
 
 OVERRIDES: ContextVar[Overrides] = ContextVar("portattn_overrides", default=Overrides())
+_resident: dict[tuple[KernelSpec, Target], int] = {}
+
+
+def resident_blocks(spec: KernelSpec, target: Target) -> int:
+    """Blocks of ``spec`` that ``target`` holds at once (compiles it when not cached). Kept per (spec, target): calls
+    of new shapes plan their launches from it (a decode call whose key length is new, once per generated token)."""
+    blocks = _resident.get((spec, target))
+    if blocks is None:
+        res = compile_kernel(spec, target).resources
+        blocks = target.multiprocessors * blocks_per_multiprocessor(res, spec.block_threads, spec.smem_bytes, target)
+        _resident[(spec, target)] = blocks
+    return blocks
+
+
 KERNEL_ENV = "PORTATTN_KERNEL"
 
 

@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from portattn.kernels import decode
+from portattn.kernels import decode, variant
 from portattn.runtime.resources import Resources, blocks_per_multiprocessor
 from portattn.runtime.target import Target
 
@@ -61,14 +61,14 @@ def test_resident_blocks_are_kept_per_variant(monkeypatch):
     memory, not from the compiler's cache (which reads and hashes the sources)."""
     compiled = []
     res = Resources(registers=128, static_smem=0, spill_bytes=0, scratch_bytes=0)
-    monkeypatch.setattr(decode, "compile_kernel", lambda spec, target: compiled.append(spec) or SimpleNamespace(
+    monkeypatch.setattr(variant, "compile_kernel", lambda spec, target: compiled.append(spec) or SimpleNamespace(
         resources=res))
-    monkeypatch.setattr(decode, "_resident", {})
+    monkeypatch.setattr(variant, "_resident", {})
     sm90 = Target.for_arch("sm_90")
     spec = decode.select(sm90, "bfloat16", 128, 4).attend
-    blocks = decode.resident_blocks(spec, sm90)
+    blocks = variant.resident_blocks(spec, sm90)
     assert blocks == sm90.multiprocessors * blocks_per_multiprocessor(res, spec.tile.threads, spec.smem_bytes, sm90)
-    assert decode.resident_blocks(spec, sm90) == blocks
+    assert variant.resident_blocks(spec, sm90) == blocks
     assert compiled == [spec]
 
 

@@ -8,8 +8,9 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import portattn
+from portattn.flash_attn import flash_attn_func
 from portattn.kernels.forward import has_kernel
-from portattn.tools.reference import reference_attention, relative_error
+from portattn.tools.reference import reference_attention, reference_masked, relative_error
 from portattn.tools.testing import use_kernel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_half_target")]
@@ -84,6 +85,20 @@ def test_more_query_blocks_than_multiprocessors(gen, d, nq, nk, causal):
     k, v = (rand(gen, torch.bfloat16, 2, 8, nk, d) for _ in range(2))
     check(q, k, v, causal=causal, against_sdpa=False)
     check(q[:, :8], k, v, causal=causal)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_query_blocks_without_keys_among_many(gen, d):
+    """flash-attn's causal alignment (bottom-right) with more queries than keys: the first 2000 - 700 rows see no
+    key and give zeros, whole query blocks among them, in a call of many more query blocks than the GPU holds."""
+    nq, nk = 2000, 700
+    q = rand(gen, torch.bfloat16, 1, nq, 40, d)
+    k, v = (rand(gen, torch.bfloat16, 1, nk, 8, d) for _ in range(2))
+    out = flash_attn_func(q, k, v, causal=True)
+    ref, _ = reference_masked(*(t.transpose(1, 2).double() for t in (q, k, v)), causal=True, bottom_right=True)
+    ref = ref.transpose(1, 2)
+    assert torch.equal(out[:, :nq - nk], torch.zeros_like(out[:, :nq - nk]))
+    assert relative_error(out[:, nq - nk:], ref[:, nq - nk:]) <= 1e-2
 
 
 @pytest.mark.parametrize("hq,hk", [(8, 2), (6, 1)])
