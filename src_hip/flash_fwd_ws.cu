@@ -19,15 +19,16 @@
 // the output in the registers (the unit's accumulation truncates).
 //
 // Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80 or 128; float32: 32 or 64), PA_THREADS,
-// PA_TMA_STAGES, PA_SMEM_BYTES, PA_BF16 or PA_F32, PA_MMA_WGMMA (1).
+// PA_TMA_STAGES, PA_Q_STAGES (Q buffers: with 2 the next job's Q is copied before the current one's last Q·K^T),
+// PA_SMEM_BYTES, PA_BF16 or PA_F32, PA_MMA_WGMMA (1).
 #include "pa_fwd_params.cuh"
 #include "pa_softmax.cuh"
 #include "pa_tile.cuh"
 #include "pa_prelude_tma.cuh"
 
 #if !defined(PA_HEAD_DIM) || !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_THREADS) || \
-    !defined(PA_TMA_STAGES) || !defined(PA_SMEM_BYTES) || !PA_MMA_WGMMA
-#error "PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_TMA_STAGES, PA_SMEM_BYTES and PA_MMA_WGMMA must be defined"
+    !defined(PA_TMA_STAGES) || !defined(PA_Q_STAGES) || !defined(PA_SMEM_BYTES) || !PA_MMA_WGMMA
+#error "PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_TMA_STAGES, PA_Q_STAGES, PA_SMEM_BYTES, PA_MMA_WGMMA needed"
 #endif
 #if PA_MASK_EXT
 #error "the warp-specialized forward takes no mask, or the causal one"
@@ -39,6 +40,7 @@ constexpr int D = PA_HEAD_DIM;
 constexpr int BM = PA_BLOCK_M;
 constexpr int BN = PA_BLOCK_N;
 constexpr int STAGES = PA_TMA_STAGES;
+constexpr int Q_STAGES = PA_Q_STAGES;
 constexpr int CONSUMERS = BM / 64;                           // computing warpgroups
 constexpr int COPIERS = PA_THREADS / 128 - CONSUMERS;        // copying warpgroups
 constexpr int SN = BN / PA_MMA_N;                            // score column tiles
@@ -51,7 +53,7 @@ constexpr int PARTS = F32 ? 2 : 1;      // tiles per operand: float32 splits eac
 constexpr int V_LANDING = F32 ? 2 : 0;  // float32: V tiles land here and are written transposed into their stage
 // float32: the copying warpgroups' threads that split and transpose (all but the first warp, which copies)
 constexpr int CONVERTERS = F32 ? COPIERS * 128 - PA_WARP_SIZE : 0;
-constexpr int BARRIERS = 2 + 4 * STAGES + (F32 ? 2 * STAGES + 2 * V_LANDING : 0);
+constexpr int BARRIERS = 2 * Q_STAGES + 4 * STAGES + (F32 ? 2 * STAGES + 2 * V_LANDING : 0);
 constexpr bool PINGPONG = CONSUMERS == 2;
 // Registers per thread after the reallocation (setmaxnreg), out of what the block holds at launch: the launch bound's
 // LAUNCH_REGS per thread (ptxas uses them all: the computing warpgroups' code needs more). The copying warpgroups keep
@@ -69,13 +71,14 @@ static_assert(!REALLOCATE || CONSUMERS * MMA_REGS + COPIERS * COPY_REGS <= PA_TH
 static_assert(CONSUMERS >= 1 && BM == 64 * CONSUMERS, "64 query rows per computing warpgroup");
 static_assert(COPIERS == 1 || (F32 && COPIERS <= 3), "one copying warpgroup (float32: up to three)");
 static_assert(STAGES >= 2, "at least two K and two V buffers");
+static_assert(Q_STAGES == 1 || Q_STAGES == 2, "one or two Q buffers");
 static_assert(!F32 || (BN % PA_WARP_SIZE == 0 && D % PA_TILE_CHUNK == 0), "float32 V tiles are transposed by warps");
-// Q, STAGES K and V buffers (each as PARTS tiles), the V landing buffers, the barriers (full and empty Q, then full K,
-// full V, empty K and empty V, STAGES each; float32: ready K and ready V, STAGES each, and full and empty landing
-// buffers), and the slack that aligns the tiles to 1024 bytes.
-static_assert(PA_SMEM_BYTES ==
-                  (int)sizeof(pa_elem) * (PARTS * pa_tile_elems<BM>() + (2 * PARTS * STAGES + V_LANDING) * KV) +
-                      8 * BARRIERS + 1024 - 16,
+// Q_STAGES Q buffers, STAGES K and V buffers (each as PARTS tiles), the V landing buffers, the barriers (full and empty
+// Q, Q_STAGES each, then full K, full V, empty K and empty V, STAGES each; float32: ready K and ready V, STAGES each,
+// and full and empty landing buffers), and the slack that aligns the tiles to 1024 bytes.
+static_assert(PA_SMEM_BYTES == (int)sizeof(pa_elem) * (Q_STAGES * PARTS * pa_tile_elems<BM>() +
+                                                       (2 * PARTS * STAGES + V_LANDING) * KV) +
+                                   8 * BARRIERS + 1024 - 16,
               "the host's shared-memory size (PA_SMEM_BYTES) does not match this kernel's tiles");
 
 // The turn barrier of computing warpgroup w (ids 1 and 2; 0 is __syncthreads'), and its own barrier (3, 4).
@@ -161,16 +164,17 @@ PA_DEVICE void for_each_job(const PaFwdParams& p, F&& f) {
 
 extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(const __grid_constant__ PaFwdParams p) {
     extern __shared__ float4 pa_smem4[];
-    pa_elem* q_s = pa_tile_base(pa_smem4);             // BM rows (PARTS tiles)
-    pa_elem* k_s = q_s + PARTS * pa_tile_elems<BM>();  // STAGES buffers of BN rows (PARTS tiles each)
-    pa_elem* v_s = k_s + STAGES * PARTS * KV;          // STAGES buffers of BN rows (float32: transposed)
-    pa_elem* v_land = v_s + STAGES * PARTS * KV;       // float32: V_LANDING tiles of BN rows
+    constexpr int Q_ELEMS = PARTS * pa_tile_elems<BM>();
+    pa_elem* q_s = pa_tile_base(pa_smem4);        // Q_STAGES buffers of BM rows (PARTS tiles each)
+    pa_elem* k_s = q_s + Q_STAGES * Q_ELEMS;      // STAGES buffers of BN rows (PARTS tiles each)
+    pa_elem* v_s = k_s + STAGES * PARTS * KV;     // STAGES buffers of BN rows (float32: transposed)
+    pa_elem* v_land = v_s + STAGES * PARTS * KV;  // float32: V_LANDING tiles of BN rows
     unsigned long long* q_full = reinterpret_cast<unsigned long long*>(v_land + V_LANDING * KV);
-    unsigned long long* q_empty = q_full + 1;        // every computing warp is done with the job's Q
-    unsigned long long* k_full = q_empty + 1;        // K of the buffer has landed
-    unsigned long long* v_full = k_full + STAGES;    // V of the buffer has landed (16-bit)
-    unsigned long long* k_empty = v_full + STAGES;   // every computing warp is done with the buffer's K
-    unsigned long long* v_empty = k_empty + STAGES;  // every computing warp is done with the buffer's V
+    unsigned long long* q_empty = q_full + Q_STAGES;  // every computing warp is done with the buffer's Q
+    unsigned long long* k_full = q_empty + Q_STAGES;  // K of the buffer has landed
+    unsigned long long* v_full = k_full + STAGES;     // V of the buffer has landed (16-bit)
+    unsigned long long* k_empty = v_full + STAGES;    // every computing warp is done with the buffer's K
+    unsigned long long* v_empty = k_empty + STAGES;   // every computing warp is done with the buffer's V
     // float32: the buffer's split K / transposed V are written; the landing buffer's V has landed / been read. The
     // computing warps wait for the ready barriers, which for 16-bit inputs are the full ones.
     unsigned long long* k_ready = F32 ? v_empty + STAGES : k_full;
@@ -180,8 +184,10 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
-        pa_mbar_init(q_full, 1);
-        pa_mbar_init(q_empty, CONSUMERS * 4);
+        for (int i = 0; i < Q_STAGES; ++i) {
+            pa_mbar_init(q_full + i, 1);
+            pa_mbar_init(q_empty + i, CONSUMERS * 4);
+        }
         for (int i = 0; i < STAGES; ++i) {
             pa_mbar_init(k_full + i, 1);
             pa_mbar_init(v_full + i, 1);
@@ -225,8 +231,9 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
                     for (int c = 0; c < COL_BLOCKS; ++c)
                         pa_tma_load4(tile + c * rows * ROW_ELEMS, map, c * ROW_ELEMS, row, head, j.blk.b, bar);
                 };
-                if (jobs > 0) pa_mbar_wait(q_empty, (jobs - 1) & 1);
-                copy(q_s, BM, &p.map_q, (int)j.seq.q_start + j.blk.row0, j.blk.h, q_full);
+                const int qs = jobs % Q_STAGES;
+                if (jobs >= Q_STAGES) pa_mbar_wait(q_empty + qs, (jobs / Q_STAGES - 1) & 1);
+                copy(q_s + qs * Q_ELEMS, BM, &p.map_q, (int)j.seq.q_start + j.blk.row0, j.blk.h, q_full + qs);
                 for (int t = 0; t < j.n_tiles; ++t) {
                     const int i = tiles + t, st = i % STAGES, row = (int)j.seq.k_start + (j.first + t) * BN;
                     if (i >= STAGES) pa_mbar_wait(k_empty + st, (i / STAGES - 1) & 1);
@@ -282,25 +289,27 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
                 for (int r = 0; r < PA_MMA_C_REGS; ++r) acc[0][c][r] += part[0][c][r];
         };
 
-        pa_mbar_wait(q_full, jobs & 1);
+        const int qs = jobs % Q_STAGES;
+        pa_elem* q = q_s + qs * Q_ELEMS;
+        pa_mbar_wait(q_full + qs, (jobs / Q_STAGES) & 1);
 #if PA_F32
         // Split this warpgroup's Q rows (64 rows of each column block are contiguous).
         for (int c = 0; c < COL_BLOCKS; ++c)
             for (int i = threadIdx.x % 128 * PA_TILE_CHUNK; i < 64 * ROW_ELEMS; i += 128 * PA_TILE_CHUNK) {
-                pa_elem* x = q_s + c * BM * ROW_ELEMS + wg * 64 * ROW_ELEMS + i;
+                pa_elem* x = q + c * BM * ROW_ELEMS + wg * 64 * ROW_ELEMS + i;
                 pa_tile_split4(x, x + pa_tile_elems<BM>());
             }
         pa_wgmma_smem_fence();
         pa_named_sync(group_barrier(wg), 128);
 #endif
-        if (n_tiles == 0) arrive(q_empty);
+        if (n_tiles == 0) arrive(q_empty + qs);
         for (int tile = 0; tile < n_tiles; ++tile) {
             const int i = tiles + tile, st = i % STAGES, prev = (i - 1) % STAGES;
             pa_mbar_wait(k_ready + st, (i / STAGES) & 1);
             if (tile > 0) pa_mbar_wait(v_ready + prev, ((i - 1) / STAGES) & 1);
             pa_mma_c s[1][SN];
             take_turn();
-            pa_tile_qk_start<1, SN, BM, BN>(s, q_s, k_s + st * PARTS * KV);
+            pa_tile_qk_start<1, SN, BM, BN>(s, q, k_s + st * PARTS * KV);
             if (tile > 0) {
                 pa_tile_pv_start<1, ON, BN>(pv, probs, v_s + prev * PARTS * KV);
                 pa_tile_wait_scores<1>(s);  // P·V goes on
@@ -309,7 +318,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
             }
             pass_turn();
             arrive(k_empty + st);  // Q·K^T of this tile is done: its K buffer refills while P·V and the softmax run
-            if (tile == n_tiles - 1) arrive(q_empty);  // and after the job's last one, Q (the next job's)
+            if (tile == n_tiles - 1) arrive(q_empty + qs);  // and after the job's last one, its Q buffer
             const bool any_rescale =
                 pa_softmax_tile(s, sm, j.seq.mask, mod, p.scale_log2, row0, BM, (j.first + tile) * BN);
             pa_tile_wait_all(pv);

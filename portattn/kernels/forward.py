@@ -5,10 +5,9 @@ fp32 MFMA on AMD), ``flash_fwd_ws.cu``, Hopper's warp-specialized kernel fed by 
 float32 as 3xTF32 on the warpgroup MMA; no mask or the causal one), and ``flash_fwd_simt.cu``, the portable float32
 kernel. Parameters: ``PaFwdParams`` (``pa_fwd_params.cuh``).
 
-Tuning is data: ``MMA_TILES``, ``WS_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile, and
-``MMA_TILES_SHORT`` holds the rows that differ for at most ``SHORT_SEQLEN`` queries. For a call without extended
-masks the warp-specialized row wins where there is one (unless a short-sequence row applies), then the
-matrix-unit row; a shape with no row in any table is not supported, and the error says so.
+Tuning is data: ``MMA_TILES``, ``WS_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile. For
+a call without extended masks the warp-specialized row wins where there is one, then the matrix-unit row; a shape
+with no row in any table is not supported, and the error says so.
 """
 from __future__ import annotations
 
@@ -130,14 +129,6 @@ SIMT_TILES: dict[str, Rows] = {
     "rdna4": _AMD_SIMT,
 }
 
-# Short sequences (at most SHORT_SEQLEN query rows): matrix-unit rows that differ from MMA_TILES, and that take
-# precedence over WS_TILES. Hopper d = 64: the matrix-unit kernel at two blocks per SM stays as fast as the
-# warp-specialized one up to 512 queries (causal: 1.03x), slower from 1024 on (0.92x, causal 0.96x).
-SHORT_SEQLEN = 512
-MMA_TILES_SHORT: dict[str, Rows] = {
-    "sm90": rows(HALF, {64: _NV_MMA_HOPPER[("float16", 64)]}),
-}
-
 # Extended masks (PA_MASK_EXT: variable lengths, windows, softcap, ALiBi, mask tensors): matrix-unit rows that
 # differ from the others. The per-element masking and score modifiers hold more registers: the rows at the register
 # limit take a tile with fewer rows per wave or one block per SM instead of spilling.
@@ -160,17 +151,20 @@ MMA_TILES_EXT: dict[str, Rows] = {
 }
 
 # Hopper, warp-specialized kernel (flash_fwd_ws.cu): one copying warpgroup feeds the computing warpgroups (64 query
-# rows each) through bulk tensor copies into `stages` K and V buffers. A row here takes the plain and causal calls
-# from the matrix-unit kernel (except the rows of MMA_TILES_SHORT). d = 64, 96 and 128: 128-key tiles, two
-# computing warpgroups taking turns (d = 96 / 128: a third stage measured the same; d = 64: three stages, 1.00-1.02x
-# two, and 1.02-1.16x three computing warpgroups on 64-key tiles, whose scores are read from shared memory at a
-# higher rate per product); d = 256: 80-key tiles (5-10 % faster than 64-key tiles at N >= 4096; 128-key tiles do
-# not fit). float32 (TF32 products on split tiles, 224 KiB of shared memory): d = 64 two computing warpgroups on
-# 64-key tiles and two copying ones, d = 128 one on 32-key tiles and three copying ones. The copying warpgroups'
-# threads split and transpose the tiles, which bounds the kernel: each copying warpgroup fewer ran 0.77-0.86x.
+# rows each) through bulk tensor copies into `stages` K and V buffers; persistent blocks, one per SM. A row here
+# takes the plain and causal calls of every length from the matrix-unit kernel (at d = 64 and 128-512 queries
+# 1.2-1.3x the matrix-unit kernel's two blocks per SM). d = 64, 96 and 128: 128-key tiles, two computing warpgroups
+# taking turns (d = 96 / 128: a third stage measured the same; d = 64: three stages, 1.00-1.02x two, and 1.02-1.16x
+# three computing warpgroups on 64-key tiles, whose scores are read from shared memory at a higher rate per product);
+# d = 256: 80-key tiles (5-10 % faster than 64-key tiles at N >= 4096; 128-key tiles do not fit). A second Q
+# buffer (the next job's Q copied while the current one's products run): d = 64 1.02-1.04x from 1024 queries on,
+# 0.98-1.04x below; d = 128 0.98-1.05x (one buffer kept). float32 (TF32 products on split tiles, 224 KiB of shared
+# memory): d = 64 two computing warpgroups on 64-key tiles and two copying ones, d = 128 one on 32-key tiles and
+# three copying ones. The copying warpgroups' threads split and transpose the tiles, which bounds the kernel: each
+# copying warpgroup fewer ran 0.77-0.86x.
 WS_TILES: dict[str, Rows] = {
     "sm90": rows(HALF, {
-        64: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3),
+        64: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3, q_stages=2),
         96: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2),
         128: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2),
         256: T(block_m=128, block_n=80, threads=384, warpgroup_mma=True, stages=2),
@@ -203,7 +197,7 @@ class FwdSpec(KernelSpec):
             if t.min_blocks != 1 or not t.warpgroup_mma:
                 raise ValueError(f"{self.label}: the warp-specialized kernel runs one block per SM, on the "
                                  "warpgroup MMA")
-            return {"PA_MMA_WGMMA": 1, "PA_TMA_STAGES": t.stages}
+            return {"PA_MMA_WGMMA": 1, "PA_TMA_STAGES": t.stages, "PA_Q_STAGES": t.q_stages}
         defines = {"PA_MIN_BLOCKS": t.min_blocks}
         if t.warpgroup_mma:
             defines["PA_MMA_WGMMA"] = 1
@@ -220,24 +214,26 @@ class FwdSpec(KernelSpec):
             return 4 * (t.block_m * ld + t.block_n * ld + t.block_m * (t.block_n + 4))
         size = 4 if self.dtype == "float32" else 2
         if self.kernel == "ws":
-            # Q and the K and V stages in rows of whole 128-byte blocks, plus the barriers: full and empty Q, and
-            # full K, full V, empty K and empty V per stage. float32: each tile in two parts (TF32 and the rest),
-            # two V landing tiles, and ready K, ready V per stage and full / empty per landing tile.
+            # The Q stages and the K and V stages in rows of whole 128-byte blocks, plus the barriers: full and
+            # empty Q per Q stage, and full K, full V, empty K and empty V per stage. float32: each tile in two parts
+            # (TF32 and the rest), two V landing tiles, and ready K, ready V per stage and full / empty per landing
+            # tile.
             row = -(-self.head_dim * size // 128) * 128
+            q_bars = 2 * t.q_stages
             if self.dtype == "float32":
-                return row * (2 * t.block_m + (4 * t.stages + 2) * t.block_n) + 8 * (2 + 6 * t.stages + 4) + 1024 - 16
-            return row * (t.block_m + 2 * t.stages * t.block_n) + 8 * (2 + 4 * t.stages) + 1024 - 16
+                return (row * (2 * t.q_stages * t.block_m + (4 * t.stages + 2) * t.block_n)
+                        + 8 * (q_bars + 6 * t.stages + 4) + 1024 - 16)
+            return row * (t.q_stages * t.block_m + 2 * t.stages * t.block_n) + 8 * (q_bars + 4 * t.stages) + 1024 - 16
         if t.warpgroup_mma:  # rows of whole 64-column blocks
             return size * (t.block_m + 4 * t.block_n) * -(-self.head_dim // 64) * 64 + 1024 - 16
         return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)
 
 
-def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
-           seqlen_q: int | None = None, mask_ext: bool = False) -> FwdSpec:
-    """The forward variant for ``dtype`` and ``head_dim`` on ``target``: the matrix-unit kernel where the tables
-    have a row for it, else the simt kernel; ``kernel`` ("mma" or "simt") asks for one of them. ``seqlen_q`` (query
-    rows) picks the short-sequence row of MMA_TILES_SHORT where there is one; ``mask_ext`` the extended-mask build
-    (its row of MMA_TILES_EXT where there is one)."""
+def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None, mask_ext: bool = False) -> FwdSpec:
+    """The forward variant for ``dtype`` and ``head_dim`` on ``target``: the warp-specialized kernel where the
+    tables have a row for it (not with ``mask_ext``), else the matrix-unit kernel, else the simt kernel; ``kernel``
+    ("ws", "mma" or "simt") asks for one of them. ``mask_ext``: the extended-mask build (its row of MMA_TILES_EXT
+    where there is one)."""
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -246,8 +242,7 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     if kernel is not None and kernel not in FwdSpec.KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(FwdSpec.KERNELS)} or None, got {kernel!r}")
     key = (dtype, head_dim)
-    short = seqlen_q is not None and seqlen_q <= SHORT_SEQLEN and key in MMA_TILES_SHORT.get(fam, {})
-    if kernel is None and not mask_ext and not short and key in WS_TILES.get(fam, {}):
+    if kernel is None and not mask_ext and key in WS_TILES.get(fam, {}):
         kernel = "ws"
     chosen = kernel or next((k for k in ("mma", "simt") if key in TABLES[k][fam]), None)
     if chosen == "ws" and mask_ext:
@@ -259,8 +254,6 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     tile = TABLES[chosen][fam][key]
     if chosen == "mma" and mask_ext:
         tile = MMA_TILES_EXT.get(fam, {}).get(key, tile)
-    elif chosen == "mma" and short:
-        tile = MMA_TILES_SHORT[fam][key]
     spec = FwdSpec(chosen, dtype, head_dim, tile, target.lanes, target.emulated, mask_ext)
     spec.check_fits(target)
     return spec
@@ -274,22 +267,14 @@ def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
 
 def shipped_variants(target: Target) -> list[FwdSpec]:
     """Every forward variant portattn can use on ``target``: each table row of the matrix-unit and simt kernels,
-    then the short-sequence rows, then the extended-mask builds of the long-sequence rows."""
+    then the warp-specialized rows, then the extended-mask builds of the matrix-unit and simt rows."""
     fam = target.family
     keys = [(dt, d) for dt in DTYPES for d in HEAD_DIMS]
     pairs = [(k, dt, d) for k in ("mma", "simt") for dt, d in keys if (dt, d) in TABLES[k][fam]]
     specs = [select(target, dt, d, k) for k, dt, d in pairs]
     specs += [select(target, dt, d, "ws") for dt, d in keys if (dt, d) in WS_TILES.get(fam, {})]
-    short = [select(target, dt, d, "mma", SHORT_SEQLEN) for dt, d in keys if (dt, d) in MMA_TILES_SHORT.get(fam, {})]
     ext = [select(target, dt, d, k, mask_ext=True) for k, dt, d in pairs]
-    return specs + [s for s in short if s not in specs] + ext
-
-
-def is_short_only(spec: KernelSpec, target: Target) -> bool:
-    """Whether ``spec`` is a short-sequence row that serves only sequences of at most SHORT_SEQLEN queries."""
-    if not isinstance(spec, FwdSpec):
-        return False
-    return spec.tile != TABLES[spec.kernel][target.family].get((spec.dtype, spec.head_dim))
+    return specs + ext
 
 
 def _strides(t: torch.Tensor) -> tuple[int, int, int]:
@@ -343,7 +328,7 @@ def _tensor_maps(spec: FwdSpec, p: FwdParams, tensors: dict[str, torch.Tensor], 
 def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
           masking: Masking, target: Target, tweak) -> loader.Launch:
     batch, seqlen_q, seqlen_k = masking.lengths(q, k)
-    spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), seqlen_q, masking.extended)
+    spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended)
     if tweak is not None:
         spec = tweak(spec)
     fn = loader.kernel_function(spec, target, q.device.index)

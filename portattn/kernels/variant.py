@@ -34,6 +34,7 @@ class TileConfig:
     min_blocks: int = 1  # blocks per SM / CU the compiler must fit registers for (PA_MIN_BLOCKS)
     split: int = 1  # backward: column slices of the head dim, one per block (PA_SPLIT)
     stages: int = 1  # backward dK/dV, decode: buffers of the streamed tiles; 2 overlaps copies and work (PA_STAGES)
+    q_stages: int = 1  # Hopper warp-specialized forward: Q buffers (PA_Q_STAGES; 2 copies the next job's Q early)
     key_waves: int = 1  # decode: waves sharing the same query rows, each taking a slice of every key tile
 
     @property
@@ -42,6 +43,7 @@ class TileConfig:
         return (["wgmma"] * self.warpgroup_mma + [f"{self.min_blocks}/SM"] * (self.min_blocks > 1)
                 + [f"split {self.split}"] * (self.split > 1)
                 + [f"{self.stages} stages"] * (self.stages > 1)
+                + [f"{self.q_stages} Q stages"] * (self.q_stages > 1)
                 + [f"{self.key_waves} key waves"] * (self.key_waves > 1))
 
 

@@ -146,7 +146,7 @@ def _info(archs: list[str] | None) -> int:
 
     from ..errors import PortattnError
     from ..kernels import backward
-    from ..kernels.forward import SHORT_SEQLEN, select
+    from ..kernels.forward import select
     from ..kernels.variant import DTYPES, HEAD_DIMS
     from ..runtime.cache import DiskCache
     from ..runtime.target import LANES_ENV
@@ -182,12 +182,9 @@ def _info(archs: list[str] | None) -> int:
             for d in HEAD_DIMS:
                 try:
                     choice = select(target, dtype, d).label
-                    short = select(target, dtype, d, seqlen_q=SHORT_SEQLEN).label
                 except (PortattnError, NotImplementedError, ValueError) as exc:
-                    choice = short = f"unsupported ({exc})"
+                    choice = f"unsupported ({exc})"
                 print(f"  {dtype} d={d}: {choice}")
-                if short != choice:
-                    print(f"  {dtype} d={d}, at most {SHORT_SEQLEN} queries: {short}")
                 try:
                     plan = backward.select(target, dtype, d)
                     grads = f"{plan.dkdv.label}; deterministic dQ: {plan.dq.label}"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import PortattnError
-from ..kernels import forward, shipped_variants
+from ..kernels import shipped_variants
 from ..kernels.variant import KernelSpec
 from ..runtime.cache import DiskCache
 from ..runtime.compiler import CompiledKernel, compile_kernel
@@ -28,7 +28,6 @@ class ReportRow:
     spec: KernelSpec
     resources: Resources
     occupancy: str
-    note: str = ""  # e.g. the variant serves short sequences only
 
 
 def report_rows(target: Target, cache: DiskCache | None = None,
@@ -45,9 +44,7 @@ def report_rows(target: Target, cache: DiskCache | None = None,
         if progress is not None:
             progress(n, len(specs), kernel, time.perf_counter() - start)
         res = kernel.resources
-        note = f"at most {forward.SHORT_SEQLEN} queries" if forward.is_short_only(spec, target) else ""
-        rows.append(ReportRow(target.arch, spec, res, occupancy(res, spec.block_threads, spec.smem_bytes, target),
-                              note))
+        rows.append(ReportRow(target.arch, spec, res, occupancy(res, spec.block_threads, spec.smem_bytes, target)))
     return rows
 
 
@@ -58,7 +55,6 @@ def format_rows(rows: list[ReportRow]) -> str:
     for r in rows:
         regs = str(r.resources.registers) + (f" ({r.resources.agprs} AGPR)" if r.resources.agprs else "")
         tile = ", ".join([f"{r.spec.tile.block_m}x{r.spec.tile.block_n}", *r.spec.options])
-        tile += f" ({r.note})" * bool(r.note)
         cells = [r.arch, r.spec.function, r.spec.dtype, str(r.spec.head_dim), tile,
                  str(r.spec.block_threads), regs, str(r.resources.static_smem + r.spec.smem_bytes),
                  str(r.resources.spill_bytes), str(r.resources.scratch_bytes), r.occupancy]

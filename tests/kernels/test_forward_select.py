@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from portattn import UnsupportedTargetError
-from portattn.kernels.forward import SHORT_SEQLEN, select, shipped_variants
+from portattn.kernels.forward import select, shipped_variants
 from portattn.kernels.variant import HEAD_DIMS, TileConfig
 from portattn.runtime.target import KNOWN_ARCHS, Target
 
@@ -97,32 +97,15 @@ def test_hopper_plain_16bit_calls_take_the_warp_specialized_kernel():
             spec = select(hopper, dtype, d)
             assert spec.kernel == "ws" and spec.function == "pa_flash_fwd_ws" and spec == select(hopper, dtype, d, "ws")
             assert spec.defines["PA_TMA_STAGES"] == spec.tile.stages and spec.defines["PA_MMA_WGMMA"] == 1
+            assert spec.defines["PA_Q_STAGES"] == spec.tile.q_stages
             # extended masks and a forced matrix-unit kernel keep the matrix-unit kernel
             assert select(hopper, dtype, d, mask_ext=True).kernel == select(hopper, dtype, d, "mma").kernel == "mma"
             with pytest.raises(NotImplementedError, match="warp-specialized"):
                 select(hopper, dtype, d, "ws", mask_ext=True)
             with pytest.raises(ValueError, match="one block per SM"):
                 replace(spec, tile=replace(spec.tile, min_blocks=2)).defines
-        for d in (96, 128, 256):  # every sequence length
-            assert select(hopper, dtype, d, seqlen_q=1) == select(hopper, dtype, d)
     with pytest.raises(NotImplementedError, match="no ws kernel"):
         select(Target.for_arch("sm_80"), "float16", 128, "ws")
-
-
-def test_short_sequences_take_their_own_rows():
-    """Hopper d = 64: at most SHORT_SEQLEN queries run the matrix-unit kernel, longer ones the warp-specialized one."""
-    hopper, amd = Target.for_arch("sm_90"), Target.for_arch("gfx90a")
-    for dtype in ("float16", "bfloat16"):
-        long = select(hopper, dtype, 64)
-        assert select(hopper, dtype, 64, seqlen_q=SHORT_SEQLEN + 1) == long and long.kernel == "ws"
-        short = select(hopper, dtype, 64, seqlen_q=SHORT_SEQLEN)
-        assert short == select(hopper, dtype, 64, seqlen_q=1) and short.kernel == "mma"
-        assert short in shipped_variants(hopper)
-        # rows without a short-sequence entry, and the simt kernel, ignore the sequence length
-        assert select(hopper, dtype, 128, "mma", seqlen_q=1) == select(hopper, dtype, 128, "mma")
-        assert select(amd, dtype, 128, seqlen_q=1) == select(amd, dtype, 128)
-    assert select(hopper, "float32", 128, "simt", seqlen_q=1) == select(hopper, "float32", 128, "simt")
-    assert len(set(shipped_variants(hopper))) == len(shipped_variants(hopper))
 
 
 def test_min_blocks_reaches_the_launch_bounds():
@@ -138,7 +121,7 @@ def test_smem_limit_is_enforced(fake_device):
     small = fake_device("sm_90", shared_memory_per_block_optin=48 * 1024)
     with pytest.raises(UnsupportedTargetError, match="needs 150528 bytes of shared memory"):
         select(small, "float32", 256)
-    with pytest.raises(UnsupportedTargetError, match="needs 230520 bytes of shared memory"):
+    with pytest.raises(UnsupportedTargetError, match="needs 230528 bytes of shared memory"):
         select(small, "float32", 128)
     with pytest.raises(UnsupportedTargetError, match="needs 101376 bytes of shared memory"):
         select(small, "float32", 128, "mma")

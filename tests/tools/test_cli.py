@@ -8,7 +8,7 @@ import torch
 import portattn.tools.plot
 from portattn.kernels import shipped_variants
 from portattn.kernels.backward import BwdSpec
-from portattn.kernels.forward import SHORT_SEQLEN, select
+from portattn.kernels.forward import select
 from portattn.runtime.compiler import clear_memory_cache
 from portattn.runtime.target import Target
 from portattn.tools.bench import BenchRow
@@ -39,8 +39,6 @@ def test_info_for_named_archs(capsys):
                 assert f"  {spec.dtype} d={spec.head_dim}: {spec.label}\n" in text
             if isinstance(spec, BwdSpec) and spec.stage == "dkdv" and spec.kernel == "mma" and not spec.mask_ext:
                 assert f"  {spec.dtype} d={spec.head_dim}, backward: {spec.label}; deterministic dQ: " in text
-    short = select(Target.for_arch("sm_90"), "float16", 64, seqlen_q=SHORT_SEQLEN)
-    assert f"  float16 d=64, at most {SHORT_SEQLEN} queries: {short.label}\n" in text
     assert "float32 d=64: pa_flash_fwd_ws[d=64," in text  # sm_90: the warpgroup MMA, TF32
     assert "float32 d=64: pa_flash_fwd_mma[d=64," in text  # gfx90a
     assert "float32 d=256: pa_flash_fwd_simt[d=256," in text  # gfx90a: no matrix-unit tile fits
@@ -119,17 +117,16 @@ def test_warmup_needs_a_gpu_or_an_arch(cache_dir, capsys):
     assert "unknown arch" in capsys.readouterr().err
 
 
-def test_report_rows_name_the_tile_options_and_the_short_sequence_rows():
+def test_report_rows_name_the_tile_options():
     from portattn.runtime.resources import Resources
     from portattn.tools.report import ReportRow, format_rows
 
     hopper = Target.for_arch("sm_90")
     res = Resources(registers=180, static_smem=0, spill_bytes=0, scratch_bytes=0)
-    short = select(hopper, "float16", 64, seqlen_q=SHORT_SEQLEN)
     text = format_rows([ReportRow("sm_90", select(hopper, "float16", 128), res, "1 blocks/SM"),
-                        ReportRow("sm_90", short, res, "2 blocks/SM", f"at most {SHORT_SEQLEN} queries")])
+                        ReportRow("sm_90", select(hopper, "float16", 64, "mma"), res, "2 blocks/SM")])
     assert "| pa_flash_fwd_ws | float16 | 128 | 128x128, wgmma, 2 stages | 384 |" in text
-    assert f"| float16 | 64 | 128x64, wgmma, 2/SM (at most {SHORT_SEQLEN} queries) | 256 |" in text
+    assert "| float16 | 64 | 128x64, wgmma, 2/SM | 256 |" in text
 
 
 @pytest.mark.parametrize("args, message", [
