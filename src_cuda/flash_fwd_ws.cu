@@ -1,15 +1,17 @@
 // FlashAttention forward for Hopper (sm_90a), warp-specialized: float16 or bfloat16 (PA_BF16) inputs, float32
 // accumulation and softmax; or float32 inputs (PA_F32) as three TF32 products on the warpgroup MMA.
 //
-// A block computes PA_BLOCK_M query rows of one (batch, head) with PA_THREADS / 128 warpgroups. The first
-// PA_BLOCK_M / 64 compute, the rest copy. One thread of the first copying warpgroup issues bulk tensor copies
-// (pa_prelude_tma.cuh) of the block's Q and of each K and V tile into PA_TMA_STAGES buffers, each completing on its
+// Blocks are persistent (one per SM): a block takes units of work in turn (pa_unit_block), and each of its jobs is
+// PA_BLOCK_M query rows of one (batch, head), computed with PA_THREADS / 128 warpgroups. The first PA_BLOCK_M / 64
+// compute, the rest copy. One thread of the first copying warpgroup issues bulk tensor copies (pa_prelude_tma.cuh) of
+// each job's Q into PA_Q_STAGES buffers and of each K and V tile into PA_TMA_STAGES buffers, each completing on its
 // transaction barrier, and refills a buffer once the computing warps have released it: K as soon as its scores are
-// done, V once its P·V is. The copying warpgroups give most of their registers to the others. The computing warpgroups
-// take 64 query rows each on the warpgroup MMA (pa_tile.cuh), as the matrix-unit kernel does: Q·K^T of tile t and P·V
-// of tile t - 1 are issued together and the softmax of tile t overlaps P·V. Two computing warpgroups take turns issuing
-// their products (two named barriers), so that one's softmax runs while the other's products have the unit. Masks: none
-// or causal (the plain build, pa_mask.cuh); the maps read past the sequence as zeros, and the softmax masks those keys.
+// done, V once its P·V is, Q after the job's last Q·K^T; so the next job's copies overlap the end of the current one.
+// The copying warpgroups give most of their registers to the others. The computing warpgroups take 64 query rows each
+// on the warpgroup MMA (pa_tile.cuh), as the matrix-unit kernel does: Q·K^T of tile t and P·V of tile t - 1 are issued
+// together and the softmax of tile t overlaps P·V. Two computing warpgroups take turns issuing their products (two
+// named barriers), so that one's softmax runs while the other's products have the unit. Masks: none or causal (the
+// plain build, pa_mask.cuh); the maps read past the sequence as zeros, and the softmax masks those keys.
 //
 // float32: the unit reads split tiles (pa_tile.cuh). The copying warpgroups' other warps make them: each K tile is
 // split in place into its TF32 part and a second tile of the rest, and each V tile, copied into one of two landing

@@ -158,6 +158,7 @@ class Overrides:
 
 
 OVERRIDES: ContextVar[Overrides] = ContextVar("portattn_overrides", default=Overrides())
+
 _resident: dict[tuple[KernelSpec, Target], int] = {}
 
 
