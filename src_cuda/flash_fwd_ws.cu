@@ -157,7 +157,8 @@ PA_DEVICE Job job_of(const PaFwdParams& p, int unit, int part) {
 // Calls f(job) for each query block of this block's units, in order.
 template <class F>
 PA_DEVICE void for_each_job(const PaFwdParams& p, F&& f) {
-    for (int unit = blockIdx.x; unit < p.num_units; unit += gridDim.x)
+    const int units = pa_num_units(p);
+    for (int unit = blockIdx.x; unit < units; unit += gridDim.x)
         for (int part = 0; part < pa_unit_parts(p, unit); ++part) f(job_of(p, unit, part));
 }
 

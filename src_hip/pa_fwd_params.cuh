@@ -37,8 +37,6 @@ struct PaFwdParams {
     float scale_log2;               // scale times log2(e)
     float softcap;                  // > 0: logits are softcap tanh(scale s / softcap)
     int num_m_blocks;               // ceil(seqlen_q / PA_BLOCK_M)
-    int pair_m_blocks;              // persistent kernels: 1 when a unit of work is two query blocks (pa_unit_block)
-    int num_units;                  // persistent kernels: units of work, batch * heads_q * pa_units_per_head
 };
 
 // The (batch, head), key/value head and first query row of this block's work (block_m query rows of one head).
@@ -56,17 +54,20 @@ PA_DEVICE PaBlock pa_block_coords(const PaFwdParams& p, int block_m) {
     return pa_head_block(p, block_m, work / p.num_m_blocks, p.num_m_blocks - 1 - work % p.num_m_blocks);
 }
 
-// Persistent kernels: block i takes the units of work i, i + gridDim.x, ... A unit is one query block or, with
-// pair_m_blocks (the host sets it for causal masks, where a query block's work grows with its index), two of one
-// (batch, head): the k-th heaviest and the k-th lightest, so that the units cost the same (but for the middle block
-// of an odd count, alone). Consecutive units take one (batch, head), heavy ones first, like pa_block_coords.
+// Persistent kernels: block i takes the units of work i, i + gridDim.x, ... A unit is one query block or, under a
+// right window bound (causal: a query block's work grows with its index), two of one (batch, head): the k-th heaviest
+// and the k-th lightest, so that the units cost the same (but for the middle block of an odd count, alone).
+// Consecutive units take one (batch, head), heavy ones first, like pa_block_coords. The host sizes the grid with the
+// same count (forward.py).
+PA_DEVICE bool pa_paired_units(const PaFwdParams& p) { return p.window_right != PA_MASK_NONE; }
 PA_DEVICE int pa_units_per_head(const PaFwdParams& p) {
-    return p.pair_m_blocks ? (p.num_m_blocks + 1) / 2 : p.num_m_blocks;
+    return pa_paired_units(p) ? (p.num_m_blocks + 1) / 2 : p.num_m_blocks;
 }
+PA_DEVICE int pa_num_units(const PaFwdParams& p) { return p.batch * p.heads_q * pa_units_per_head(p); }
 // The query blocks of a unit (1 or 2).
 PA_DEVICE int pa_unit_parts(const PaFwdParams& p, int unit) {
     const int k = unit % pa_units_per_head(p);
-    return p.pair_m_blocks && 2 * k + 1 < p.num_m_blocks ? 2 : 1;
+    return pa_paired_units(p) && 2 * k + 1 < p.num_m_blocks ? 2 : 1;
 }
 // Query block `part` of a unit: the heavy one (0), then the light one (1).
 PA_DEVICE PaBlock pa_unit_block(const PaFwdParams& p, int block_m, int unit, int part) {

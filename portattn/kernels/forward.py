@@ -352,9 +352,9 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
     if spec.kernel == "ws":
         _tensor_maps(spec, p, {"q": q, "k": k, "v": v}, target)
         maps = (("map_q", "q"), ("map_k", "k"), ("map_v", "v"))
-        # Persistent: as many blocks as the GPU holds at once, each taking units of work in turn; under a right
-        # window bound (causal) a unit pairs the k-th heaviest query block of a head with the k-th lightest.
-        p.pair_m_blocks = int(masking.right != NONE)
-        p.num_units = batch * heads_q * (-(-num_m_blocks // 2) if p.pair_m_blocks else num_m_blocks)
-        grid = min(p.num_units, resident_blocks(spec, target))
+        # Persistent: as many blocks as the GPU holds at once, each taking units of work in turn (the kernel counts
+        # them, pa_num_units): under a right window bound (causal) a unit pairs the k-th heaviest query block of a
+        # head with the k-th lightest.
+        units = batch * heads_q * (-(-num_m_blocks // 2) if masking.right != NONE else num_m_blocks)
+        grid = min(units, resident_blocks(spec, target))
     return loader.Launch(target, fn, grid, spec.tile.threads, spec.smem_bytes, p, tensor_maps=maps)

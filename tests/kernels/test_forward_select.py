@@ -106,6 +106,7 @@ def test_hopper_plain_16bit_calls_take_the_warp_specialized_kernel():
                 replace(spec, tile=replace(spec.tile, min_blocks=2)).defines
     with pytest.raises(NotImplementedError, match="no ws kernel"):
         select(Target.for_arch("sm_80"), "float16", 128, "ws")
+    assert len(set(shipped_variants(hopper))) == len(shipped_variants(hopper))
 
 
 def test_min_blocks_reaches_the_launch_bounds():
