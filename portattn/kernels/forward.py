@@ -5,9 +5,10 @@ fp32 MFMA on AMD), ``flash_fwd_ws.cu``, Hopper's warp-specialized kernel fed by 
 float32 as 3xTF32 on the warpgroup MMA; no mask or the causal one), and ``flash_fwd_simt.cu``, the portable float32
 kernel. Parameters: ``PaFwdParams`` (``pa_fwd_params.cuh``).
 
-Tuning is data: ``MMA_TILES``, ``WS_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile. For
-a call without extended masks the warp-specialized row wins where there is one, then the matrix-unit row; a shape
-with no row in any table is not supported, and the error says so.
+Tuning is data: ``MMA_TILES``, ``WS_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile, and
+``WS_TILES_LONG`` holds the warp-specialized rows that differ for long calls (``LONG_SEQLEN``). For a call without
+extended masks the warp-specialized row wins where there is one, then the matrix-unit row; a shape with no row in
+any table is not supported, and the error says so.
 """
 from __future__ import annotations
 
@@ -174,6 +175,16 @@ WS_TILES: dict[str, Rows] = {
     }),
 }
 
+# Long calls (query and key lengths both at least LONG_SEQLEN): warp-specialized rows that differ from WS_TILES.
+# d = 64 is bound by the softmax: three computing warpgroups (192 query rows, no turn-taking) on 96-key tiles ran
+# 1.06-1.13x the two on 128-key tiles from 4096 queries on (H100, bf16, causal and not), 0.68-1.04x below.
+# 192 x 128 tiles ran 1.08-1.21x from 4096 on, but spill (44 bytes) within the 160 registers that each of three
+# computing warpgroups gets.
+LONG_SEQLEN = 4096
+WS_TILES_LONG: dict[str, Rows] = {
+    "sm90": rows(HALF, {64: T(block_m=192, block_n=96, threads=512, warpgroup_mma=True, stages=2)}),
+}
+
 TABLES: dict[str, dict[str, Rows]] = {"mma": MMA_TILES, "simt": SIMT_TILES, "ws": WS_TILES}
 
 FwdParams = struct_from_header("pa_fwd_params.cuh", "PaFwdParams")
@@ -229,11 +240,13 @@ class FwdSpec(KernelSpec):
         return size * (t.block_m + 2 * t.block_n) * (self.head_dim + 16 // size)
 
 
-def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None, mask_ext: bool = False) -> FwdSpec:
+def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None, mask_ext: bool = False,
+           seqlen: int | None = None) -> FwdSpec:
     """The forward variant for ``dtype`` and ``head_dim`` on ``target``: the warp-specialized kernel where the
     tables have a row for it (not with ``mask_ext``), else the matrix-unit kernel, else the simt kernel; ``kernel``
     ("ws", "mma" or "simt") asks for one of them. ``mask_ext``: the extended-mask build (its row of MMA_TILES_EXT
-    where there is one)."""
+    where there is one). ``seqlen``, the shorter of the query and key lengths, picks the row of WS_TILES_LONG from
+    LONG_SEQLEN on."""
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -254,6 +267,8 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     tile = TABLES[chosen][fam][key]
     if chosen == "mma" and mask_ext:
         tile = MMA_TILES_EXT.get(fam, {}).get(key, tile)
+    elif chosen == "ws" and seqlen is not None and seqlen >= LONG_SEQLEN:
+        tile = WS_TILES_LONG.get(fam, {}).get(key, tile)
     spec = FwdSpec(chosen, dtype, head_dim, tile, target.lanes, target.emulated, mask_ext)
     spec.check_fits(target)
     return spec
@@ -267,12 +282,15 @@ def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
 
 def shipped_variants(target: Target) -> list[FwdSpec]:
     """Every forward variant portattn can use on ``target``: each table row of the matrix-unit and simt kernels,
-    then the warp-specialized rows, then the extended-mask builds of the matrix-unit and simt rows."""
+    then the warp-specialized rows (short and long calls), then the extended-mask builds of the matrix-unit and
+    simt rows."""
     fam = target.family
     keys = [(dt, d) for dt in DTYPES for d in HEAD_DIMS]
     pairs = [(k, dt, d) for k in ("mma", "simt") for dt, d in keys if (dt, d) in TABLES[k][fam]]
     specs = [select(target, dt, d, k) for k, dt, d in pairs]
     specs += [select(target, dt, d, "ws") for dt, d in keys if (dt, d) in WS_TILES.get(fam, {})]
+    long = [(dt, d) for dt, d in keys if (dt, d) in WS_TILES_LONG.get(fam, {})]
+    specs += [select(target, dt, d, "ws", seqlen=LONG_SEQLEN) for dt, d in long]
     ext = [select(target, dt, d, k, mask_ext=True) for k, dt, d in pairs]
     return specs + ext
 
@@ -328,7 +346,8 @@ def _tensor_maps(spec: FwdSpec, p: FwdParams, tensors: dict[str, torch.Tensor], 
 def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
           masking: Masking, target: Target, tweak) -> loader.Launch:
     batch, seqlen_q, seqlen_k = masking.lengths(q, k)
-    spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended)
+    spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended,
+                  min(seqlen_q, seqlen_k))
     if tweak is not None:
         spec = tweak(spec)
     fn = loader.kernel_function(spec, target, q.device.index)

@@ -9,7 +9,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import portattn
 from portattn.flash_attn import flash_attn_func
-from portattn.kernels.forward import has_kernel
+from portattn.kernels.forward import LONG_SEQLEN, has_kernel
 from portattn.tools.reference import reference_attention, reference_masked, relative_error
 from portattn.tools.testing import use_kernel
 
@@ -85,6 +85,15 @@ def test_more_query_blocks_than_multiprocessors(gen, d, nq, nk, causal):
     k, v = (rand(gen, torch.bfloat16, 2, 8, nk, d) for _ in range(2))
     check(q, k, v, causal=causal, against_sdpa=False)
     check(q[:, :8], k, v, causal=causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_long_calls_with_several_query_blocks_per_multiprocessor(gen, causal):
+    # d = 64 from LONG_SEQLEN queries and keys on (Hopper: 192-row blocks of three computing warpgroups): partial
+    # last query and key blocks, Nq != Nk, grouped heads, and more query blocks than SMs.
+    q = rand(gen, torch.bfloat16, 1, 16, LONG_SEQLEN + 1, 64)
+    k, v = (rand(gen, torch.bfloat16, 1, 4, LONG_SEQLEN + 3, 64) for _ in range(2))
+    check(q, k, v, causal=causal, against_sdpa=False)
 
 
 @pytest.mark.parametrize("d", [64, 128])

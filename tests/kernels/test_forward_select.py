@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from portattn import UnsupportedTargetError
-from portattn.kernels.forward import select, shipped_variants
+from portattn.kernels.forward import LONG_SEQLEN, select, shipped_variants
 from portattn.kernels.variant import HEAD_DIMS, TileConfig
 from portattn.runtime.target import KNOWN_ARCHS, Target
 
@@ -107,6 +107,26 @@ def test_hopper_plain_16bit_calls_take_the_warp_specialized_kernel():
     with pytest.raises(NotImplementedError, match="no ws kernel"):
         select(Target.for_arch("sm_80"), "float16", 128, "ws")
     assert len(set(shipped_variants(hopper))) == len(shipped_variants(hopper))
+
+
+def test_long_calls_take_their_own_rows():
+    """Hopper d = 64: calls whose query and key lengths are both at least LONG_SEQLEN take the three-warpgroup row;
+    other head dims, shorter calls, forced and extended-mask kernels and other targets ignore the length."""
+    hopper, ampere = Target.for_arch("sm_90"), Target.for_arch("sm_80")
+    for dtype in ("float16", "bfloat16"):
+        short = select(hopper, dtype, 64)
+        long = select(hopper, dtype, 64, seqlen=LONG_SEQLEN)
+        assert long.kernel == short.kernel == "ws" and long.tile != short.tile
+        assert long.tile.block_m == 192 and long.tile.threads == 512 and long.block_threads == 512
+        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN - 1) == short == select(hopper, dtype, 64, seqlen=1)
+        assert select(hopper, dtype, 64, "ws", seqlen=1 << 20) == long
+        assert long in shipped_variants(hopper) and short in shipped_variants(hopper)
+        assert select(hopper, dtype, 64, "mma", seqlen=LONG_SEQLEN) == select(hopper, dtype, 64, "mma")
+        assert select(hopper, dtype, 64, mask_ext=True, seqlen=LONG_SEQLEN) == select(hopper, dtype, 64, mask_ext=True)
+        assert select(ampere, dtype, 64, seqlen=LONG_SEQLEN) == select(ampere, dtype, 64)
+        for d in (96, 128, 256):
+            assert select(hopper, dtype, d, seqlen=LONG_SEQLEN) == select(hopper, dtype, d)
+    assert select(hopper, "float32", 64, seqlen=LONG_SEQLEN) == select(hopper, "float32", 64)
 
 
 def test_min_blocks_reaches_the_launch_bounds():
