@@ -175,12 +175,13 @@ WS_TILES: dict[str, Rows] = {
     }),
 }
 
-# Long calls (query and key lengths both at least LONG_SEQLEN): warp-specialized rows that differ from WS_TILES.
-# d = 64 is bound by the softmax: three computing warpgroups (192 query rows, no turn-taking) on 96-key tiles ran
-# 1.06-1.13x the two on 128-key tiles from 4096 queries on (H100, bf16, causal and not), 0.68-1.04x below.
-# 192 x 128 tiles ran 1.08-1.21x from 4096 on, but spill (44 bytes) within the 160 registers that each of three
-# computing warpgroups gets.
-LONG_SEQLEN = 4096
+# Long calls (at least LONG_SEQLEN query rows, and keys per row: under a causal mask half the keys): warp-specialized
+# rows that differ from WS_TILES. d = 64 is bound by the softmax: three computing warpgroups (192 query rows, no
+# turn-taking) on 96-key tiles ran 1.04x the two on 128-key tiles at N = 2048 and 1.06-1.13x from 4096 on (H100,
+# bf16), causal N = 2048 0.95x, N = 1024 0.89-0.94x. 192 x 128 tiles ran 1.07-1.21x from 4096 on, but spill (44
+# bytes) within the 160 registers that each of three computing warpgroups gets; the same tiles with each P·V
+# issued after its softmax (not with the next Q·K^T, so that scores and P are not held together) ran 1.04-1.16x.
+LONG_SEQLEN = 2048
 WS_TILES_LONG: dict[str, Rows] = {
     "sm90": rows(HALF, {64: T(block_m=192, block_n=96, threads=512, warpgroup_mma=True, stages=2)}),
 }
@@ -245,8 +246,8 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     """The forward variant for ``dtype`` and ``head_dim`` on ``target``: the warp-specialized kernel where the
     tables have a row for it (not with ``mask_ext``), else the matrix-unit kernel, else the simt kernel; ``kernel``
     ("ws", "mma" or "simt") asks for one of them. ``mask_ext``: the extended-mask build (its row of MMA_TILES_EXT
-    where there is one). ``seqlen``, the shorter of the query and key lengths, picks the row of WS_TILES_LONG from
-    LONG_SEQLEN on."""
+    where there is one). ``seqlen``, the call's length (the shorter of its query rows and the keys a row sees, half
+    the keys under a causal mask), picks the row of WS_TILES_LONG from LONG_SEQLEN on."""
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -346,8 +347,8 @@ def _tensor_maps(spec: FwdSpec, p: FwdParams, tensors: dict[str, torch.Tensor], 
 def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
           masking: Masking, target: Target, tweak) -> loader.Launch:
     batch, seqlen_q, seqlen_k = masking.lengths(q, k)
-    spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended,
-                  min(seqlen_q, seqlen_k))
+    keys = seqlen_k // 2 if masking.right != NONE else seqlen_k
+    spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended, min(seqlen_q, keys))
     if tweak is not None:
         spec = tweak(spec)
     fn = loader.kernel_function(spec, target, q.device.index)

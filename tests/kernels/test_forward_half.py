@@ -11,7 +11,7 @@ import portattn
 from portattn.flash_attn import flash_attn_func
 from portattn.kernels.forward import LONG_SEQLEN, has_kernel
 from portattn.tools.reference import reference_attention, reference_masked, relative_error
-from portattn.tools.testing import use_kernel
+from portattn.tools.testing import tweak_variant, use_kernel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_half_target")]
 DTYPES = [torch.float16, torch.bfloat16]
@@ -89,11 +89,14 @@ def test_more_query_blocks_than_multiprocessors(gen, d, nq, nk, causal):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_long_calls_with_several_query_blocks_per_multiprocessor(gen, causal):
-    # d = 64 from LONG_SEQLEN queries and keys on (Hopper: 192-row blocks of three computing warpgroups): partial
-    # last query and key blocks, Nq != Nk, grouped heads, and more query blocks than SMs.
+    # d = 64 from LONG_SEQLEN queries and keys per row on (Hopper: 192-row blocks of three computing warpgroups):
+    # partial last query and key blocks, Nq != Nk, grouped heads, and more query blocks than SMs.
     q = rand(gen, torch.bfloat16, 1, 16, LONG_SEQLEN + 1, 64)
-    k, v = (rand(gen, torch.bfloat16, 1, 4, LONG_SEQLEN + 3, 64) for _ in range(2))
-    check(q, k, v, causal=causal, against_sdpa=False)
+    k, v = (rand(gen, torch.bfloat16, 1, 4, 2 * LONG_SEQLEN + 3, 64) for _ in range(2))
+    chosen = []
+    with tweak_variant(lambda spec: chosen.append(spec) or spec):
+        check(q, k, v, causal=causal, against_sdpa=False)
+    assert chosen and all(s.tile.block_m == 192 for s in chosen if s.kernel == "ws")
 
 
 @pytest.mark.parametrize("d", [64, 128])

@@ -110,7 +110,7 @@ def test_hopper_plain_16bit_calls_take_the_warp_specialized_kernel():
 
 
 def test_long_calls_take_their_own_rows():
-    """Hopper d = 64: calls whose query and key lengths are both at least LONG_SEQLEN take the three-warpgroup row;
+    """Hopper d = 64: calls of at least LONG_SEQLEN (query rows, and keys a row sees) take the three-warpgroup row;
     other head dims, shorter calls, forced and extended-mask kernels and other targets ignore the length."""
     hopper, ampere = Target.for_arch("sm_90"), Target.for_arch("sm_80")
     for dtype in ("float16", "bfloat16"):
