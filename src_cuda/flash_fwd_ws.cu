@@ -19,7 +19,7 @@
 // instead of the copies, and split their own Q rows before the first tile. P·V of a tile is summed apart and added to
 // the output in the registers (the unit's accumulation truncates).
 //
-// Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80, 96 or 128; float32: 32 or 64), PA_THREADS,
+// Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80 or 128; float32: 32 or 64), PA_THREADS,
 // PA_TMA_STAGES, PA_Q_STAGES (Q buffers: with 2 the next job's Q is copied before the current one's last Q·K^T),
 // PA_SMEM_BYTES, PA_BF16 or PA_F32, PA_MMA_WGMMA (1).
 #include "pa_fwd_params.cuh"
@@ -154,6 +154,9 @@ PA_DEVICE Job job_of(const PaFwdParams& p, int unit, int part) {
     j.n_tiles = max(0, end - j.first);
     return j;
 }
+// The mask of every job: without packed sequences (this kernel takes none) it does not depend on the sequence.
+// The softmax reads it from the parameters where it is used, which keeps it out of the computing warps' registers.
+PA_DEVICE PaMask call_mask(const PaFwdParams& p) { return pa_seq(p, 0).mask; }
 // Calls f(job) for each query block of this block's units, in order.
 template <class F>
 PA_DEVICE void for_each_job(const PaFwdParams& p, F&& f) {
@@ -322,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
             arrive(k_empty + st);  // Q·K^T of this tile is done: its K buffer refills while P·V and the softmax run
             if (tile == n_tiles - 1) arrive(q_empty + qs);  // and after the job's last one, its Q buffer
             const bool any_rescale =
-                pa_softmax_tile(s, sm, j.seq.mask, mod, p.scale_log2, row0, BM, (j.first + tile) * BN);
+                pa_softmax_tile(s, sm, call_mask(p), mod, p.scale_log2, row0, BM, (j.first + tile) * BN);
             pa_tile_wait_all(pv);
             if (tile > 0) {
                 arrive(v_empty + prev);

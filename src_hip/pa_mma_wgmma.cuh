@@ -134,7 +134,7 @@ PA_DEVICE void pa_wgmma_rs(float* d, const unsigned (&a)[4], unsigned long long 
 
 // d (N / 2 floats) += A (64 x 16) * B (16 x N). ss: A and B in shared memory, both K-major; accumulate == 0
 // overwrites d instead. rs: A in registers, B N-major (transposed). st: A K-major and B N-major, both in shared
-// memory. Score tiles are 64, 80, 96 or 128 keys wide (ss); output tiles are the head dim wide, at most 128
+// memory. Score tiles are 64, 80 or 128 keys wide (ss); output tiles are the head dim wide, at most 128
 // columns a product (rs, N = 64, 96 or 128); the backward's dQ = dS K takes half the head dim per warpgroup (st, N = 32
 // or 64).
 // clang-format off: the operand lists keep eight accumulators a line
@@ -164,22 +164,6 @@ PA_DEVICE void pa_wgmma_ss_n80(float* d, unsigned long long desc_a, unsigned lon
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
           "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-PA_DEVICE void pa_wgmma_ss_n96(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n96k16.f32." PA_WGMMA_AB " {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
-        "}, %48, %49, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 PA_DEVICE void pa_wgmma_ss_n128(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
@@ -279,13 +263,11 @@ PA_DEVICE void pa_wgmma_st_n64(float* d, unsigned long long desc_a, unsigned lon
 
 template <int N>
 PA_DEVICE void pa_wgmma_ss(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
-    static_assert(N == 64 || N == 80 || N == 96 || N == 128, "score warpgroup MMA width must be 64, 80, 96 or 128");
+    static_assert(N == 64 || N == 80 || N == 128, "score warpgroup MMA width must be 64, 80 or 128");
     if constexpr (N == 64)
         pa_wgmma_ss_n64(d, desc_a, desc_b, accumulate);
     else if constexpr (N == 80)
         pa_wgmma_ss_n80(d, desc_a, desc_b, accumulate);
-    else if constexpr (N == 96)
-        pa_wgmma_ss_n96(d, desc_a, desc_b, accumulate);
     else
         pa_wgmma_ss_n128(d, desc_a, desc_b, accumulate);
 }

@@ -177,13 +177,11 @@ WS_TILES: dict[str, Rows] = {
 
 # Long calls (at least LONG_SEQLEN query rows, and keys per row: under a causal mask half the keys): warp-specialized
 # rows that differ from WS_TILES. d = 64 is bound by the softmax: three computing warpgroups (192 query rows, no
-# turn-taking) on 96-key tiles ran 1.04x the two on 128-key tiles at N = 2048 and 1.06-1.13x from 4096 on (H100,
-# bf16), causal N = 2048 0.95x, N = 1024 0.89-0.94x. 192 x 128 tiles ran 1.07-1.21x from 4096 on, but spill (44
-# bytes) within the 160 registers that each of three computing warpgroups gets; the same tiles with each P·V
-# issued after its softmax (not with the next Q·K^T, so that scores and P are not held together) ran 1.04-1.16x.
+# turn-taking, 160 registers each) on 128-key tiles ran 1.09-1.17x the two on 128-key tiles at N = 2048 and
+# 1.06-1.20x from 4096 on (H100), causal N = 2048 0.87-0.88x, N = 1024 0.79-1.03x; 96-key tiles 0.91-0.99x these.
 LONG_SEQLEN = 2048
 WS_TILES_LONG: dict[str, Rows] = {
-    "sm90": rows(HALF, {64: T(block_m=192, block_n=96, threads=512, warpgroup_mma=True, stages=2)}),
+    "sm90": rows(HALF, {64: T(block_m=192, block_n=128, threads=512, warpgroup_mma=True, stages=2)}),
 }
 
 TABLES: dict[str, dict[str, Rows]] = {"mma": MMA_TILES, "simt": SIMT_TILES, "ws": WS_TILES}
