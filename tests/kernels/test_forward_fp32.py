@@ -44,7 +44,10 @@ def check(q, k, v, causal=False, scale=None):
     ref, ref_lse = reference_attention(q, k, v, causal, scale)
     err, lse_err = relative_error(out, ref), relative_error(lse, ref_lse)
     assert err <= TOL, f"output relative error {err}"
-    assert lse_err <= TOL, f"lse relative error {lse_err}"
+    # An LSE near zero (a row that sees one key: one scaled dot product) makes its relative error ill-conditioned;
+    # its error in log units is the relative error of the row's normalizer, and is held to the same bound.
+    lse_abs = (lse.double() - ref_lse.double()).abs().max().item()
+    assert lse_err <= TOL or lse_abs <= TOL, f"lse relative error {lse_err}, largest error in log units {lse_abs}"
 
 
 @pytest.mark.parametrize("causal", [False, True])
