@@ -213,17 +213,23 @@ def shipped_variants(target: Target) -> list[DecodeSpec]:
     return specs  # a tile that does not fit the target gives way to one that does (select)
 
 
-def splits(resident: int, base_blocks: int, keys: int, block_n: int, tile_bytes: int) -> int:
+def splits(resident: int, multiprocessors: int, base_blocks: int, keys: int, block_n: int, tile_bytes: int) -> int:
     """Key splits per (sequence, head, row block), for ``base_blocks`` of those, ``resident`` attend blocks held by
-    the GPU at once and key tiles of ``block_n`` keys and ``tile_bytes`` bytes of K and V: at least MIN_SPLIT_TILES
-    key tiles per split, at most MAX_SPLITS, up to SPLIT_ROUNDS rounds of blocks, and for a call of at most
-    LONG_CALL_BYTES only the blocks that keep BYTES_IN_FLIGHT streaming; of those counts the one that fills its last
-    round best (ties: the most splits)."""
+    the GPU's ``multiprocessors`` at once and key tiles of ``block_n`` keys and ``tile_bytes`` bytes of K and V: at
+    least MIN_SPLIT_TILES key tiles per split, at most MAX_SPLITS, up to SPLIT_ROUNDS rounds of blocks, and for a
+    call of at most LONG_CALL_BYTES only the blocks that keep BYTES_IN_FLIGHT streaming; of those counts the one that
+    fills its last round best (ties: the most splits). A call of more than MIN_SPLIT_TILES key tiles that would still
+    leave multiprocessors without a block spreads its keys further, down to one tile per split and up to a block per
+    multiprocessor: so few blocks take longer to read their keys than the combine costs."""
     base = max(base_blocks, 1)
     most = max(1, min(-(-SPLIT_ROUNDS * resident // base), keys // (MIN_SPLIT_TILES * block_n), MAX_SPLITS))
     if base * -(-keys // block_n) * tile_bytes <= LONG_CALL_BYTES:
         most = min(most, max(1, -(-BYTES_IN_FLIGHT // (tile_bytes * base))))
-    return _best_filling(resident, base, most)
+    n = _best_filling(resident, base, most)
+    tiles = -(-keys // block_n)
+    if base * n < multiprocessors and tiles > MIN_SPLIT_TILES:
+        n = max(n, min(tiles, multiprocessors // base, MAX_SPLITS))
+    return n
 
 
 @functools.lru_cache(maxsize=1024)
@@ -320,8 +326,8 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
     if masking.left != NONE and masking.right != NONE:  # the keys some query position sees
         keys = min(keys, masking.left + seqlen_q + masking.right)
     tile_bytes = 2 * bn * head_dim * q.element_size()  # K and V of one key tile
-    n_splits = num_splits or splits(resident_blocks(plan.attend, target), batch * heads_kv * row_blocks, keys, bn,
-                                    tile_bytes)
+    n_splits = num_splits or splits(resident_blocks(plan.attend, target), target.multiprocessors,
+                                    batch * heads_kv * row_blocks, keys, bn, tile_bytes)
     per_split = -(-keys // max(1, min(n_splits, -(-keys // bn))))
     keys_per_split = -(-per_split // bn) * bn  # whole key tiles
     n_splits = -(-keys // keys_per_split)

@@ -9,31 +9,42 @@ from portattn.runtime.target import Target
 
 BN = 32
 TILE = 2 * BN * 128 * 2  # K and V bytes of a 32-key tile, d = 128, 16-bit
+SMS = 132
 
 
 @pytest.mark.parametrize("base", [1, 2, 7, 8, 64, 256, 1000])
 @pytest.mark.parametrize("keys", [1, 63, 64, 4096, 65536, 1 << 20])
 def test_splits_stay_within_their_bounds(base, keys):
     resident = 528
-    n = decode.splits(resident, base, keys, BN, TILE)
+    n = decode.splits(resident, SMS, base, keys, BN, TILE)
     assert 1 <= n <= decode.MAX_SPLITS
-    if n > 1:  # every split holds at least MIN_SPLIT_TILES key tiles
-        assert keys // n >= decode.MIN_SPLIT_TILES * BN
+    spread = base * n <= SMS  # a small call may spread its keys further, up to a block per multiprocessor
+    if n > 1:  # every split holds at least MIN_SPLIT_TILES key tiles (spread: one)
+        assert keys // n >= (BN if spread else decode.MIN_SPLIT_TILES * BN)
     assert base * n <= max(base, decode.SPLIT_ROUNDS * resident + base)  # no more than the rounds asked for
-    if base * -(-keys // BN) * TILE <= decode.LONG_CALL_BYTES:  # a short call: about BYTES_IN_FLIGHT streaming
+    if base * -(-keys // BN) * TILE <= decode.LONG_CALL_BYTES and not spread:  # a short call: BYTES_IN_FLIGHT
         assert n == 1 or (n - 1) * base * TILE < decode.BYTES_IN_FLIGHT
 
 
 def test_short_caches_take_one_split():
-    assert decode.splits(528, 1, decode.MIN_SPLIT_TILES * BN - 1, BN, TILE) == 1
-    assert decode.splits(528, 1, 64, BN, TILE) == 1  # two 32-key tiles: one split, no combine launch
+    assert decode.splits(528, SMS, 1, decode.MIN_SPLIT_TILES * BN - 1, BN, TILE) == 1
+    assert decode.splits(528, SMS, 1, 64, BN, TILE) == 1  # two 32-key tiles: one split, no combine launch
+
+
+@pytest.mark.parametrize("base,keys,expected", [(1, 96, 3), (1, 256, 8), (1, 4096, 128), (1, 8192, 132),
+                                                (4, 1024, 32), (8, 1024, 16), (2, 65536, 128)])
+def test_small_calls_spread_over_the_multiprocessors(base, keys, expected):
+    """A call of more than two key tiles whose splits of two tiles would leave some of the 132 multiprocessors
+    without a block takes splits down to one tile, up to a block per multiprocessor (8 bases of 1024 keys already
+    hold 128 blocks of two tiles, and 132 // 8 is 16 splits)."""
+    assert decode.splits(528, SMS, base, keys, BN, TILE) == expected
 
 
 @pytest.mark.parametrize("base,expected", [(64, 16), (32, 33), (256, 4)])
 def test_long_calls_fill_whole_rounds(base, expected):
     """With 528 resident blocks and 64k keys (1 GiB and more of K and V): 64 bases take 16 splits (1024 blocks, not
     17 and a part-filled third round), 32 take 33 (1056 blocks)."""
-    assert decode.splits(528, base, 65536, BN, TILE) == expected
+    assert decode.splits(528, SMS, base, 65536, BN, TILE) == expected
 
 
 @pytest.mark.parametrize("base,keys,expected", [(1, 65536, 256), (8, 65536, 32), (8, 4096, 32), (32, 4096, 8),
@@ -41,7 +52,7 @@ def test_long_calls_fill_whole_rounds(base, expected):
 def test_short_calls_keep_the_bytes_in_flight(base, keys, expected):
     """Up to 512 MiB of K and V: 4 MiB of 16 KiB tiles is 256 blocks, so 8 bases take 32 splits and 32 take 8; a
     single base is held to the most splits, 256 bases to one (no combine)."""
-    assert decode.splits(528, base, keys, BN, TILE) == expected
+    assert decode.splits(528, SMS, base, keys, BN, TILE) == expected
 
 
 def test_resident_blocks_follow_shared_memory_and_registers():
