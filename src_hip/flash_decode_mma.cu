@@ -18,7 +18,8 @@
 // sync; this is the backstop). Compiled with PA_MASK_EXT: windows with a left bound, softcap and ALiBi slopes.
 //
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_STAGES, PA_MIN_BLOCKS (blocks
-// per SM / CU the registers must fit), PA_KEY_WAVES, PA_SMEM_BYTES, PA_BF16, PA_F32.
+// per SM / CU the registers must fit), PA_KEY_WAVES, PA_SMEM_BYTES, PA_BF16, PA_F32, PA_TILE_SWIZZLED (the shared
+// tiles' layout, pa_tile.cuh).
 #include "pa_decode_params.cuh"
 #include "pa_softmax.cuh"
 #include "pa_tile.cuh"
@@ -157,7 +158,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
         }
         const int sub = pa_key_wave() * BNW, n0w = n0 + sub;  // this wave's keys of the tile
         pa_mma_c s[MT][SN];
-        pa_tile_qk<MT, SN, BM, BNW>(s, q_s, k_s + slot * KV + pa_tile_offset<BN>(sub, 0));
+        pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s + slot * KV, sub);
         const bool masked = n0w < all_begin || n0w + BNW > all_end;
         bool rescale;
 #if PA_MASK_EXT
@@ -167,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
 #endif
             rescale = pa_softmax_tile(s, sm, keys_of, PaNoScoreMod{}, p.scale_log2, row0, n0w, masked);
         if (rescale) pa_softmax_rescale(acc, sm);
-        pa_tile_pv<MT, ON, BNW, SN>(acc, s, v_s + slot * KV + pa_tile_offset<BN>(sub, 0));
+        pa_tile_pv<MT, ON, BNW, SN, BN>(acc, s, v_s + slot * KV, sub);
     }
     pa_async_wait<0>();
     bad = __syncthreads_or(bad);

@@ -39,12 +39,32 @@ PA_DEVICE void pa_ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
 typedef unsigned pa_mma_a[4];
 typedef unsigned pa_mma_b[4];
 
+// The element (row, column) of a 16x16 tile whose address this lane hands to ldmatrix in the loads below, for the A
+// fragment and for the B fragments read along n (nk) or along k (kn); the *_at loads take that address, so that
+// tiles in layouts other than rows of a stride (pa_tile.cuh's swizzled tiles) can be read.
+#define PA_MMA_LANE_ADDRESSES 1
+struct PaLaneElem {
+    int r, c;
+};
+PA_DEVICE PaLaneElem pa_mma_lane_a() {
+    const int lane = pa_lane_id();
+    return {lane % 16, (lane / 16) * 8};
+}
+PA_DEVICE PaLaneElem pa_mma_lane_b_nk() {
+    const int lane = pa_lane_id();
+    return {lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8};
+}
+PA_DEVICE PaLaneElem pa_mma_lane_b_kn() { return pa_mma_lane_a(); }
+PA_DEVICE void pa_mma_load_a_at(pa_mma_a& a, const pa_u16* lane_elem) { pa_ldmatrix_x4(a, lane_elem); }
+// b[0..1]: n 0..7, b[2..3]: n 8..15.
+PA_DEVICE void pa_mma_load_b_nk_at(pa_mma_b& b, const pa_u16* lane_elem) { pa_ldmatrix_x4(b, lane_elem); }
+PA_DEVICE void pa_mma_load_b_kn_at(pa_mma_b& b, const pa_u16* lane_elem) { pa_ldmatrix_x4_trans(b, lane_elem); }
+
 PA_DEVICE void pa_mma_load_a(pa_mma_a& a, const pa_u16* tile, int ld) {
     const int lane = pa_lane_id();
     pa_ldmatrix_x4(a, tile + (lane % 16) * ld + (lane / 16) * 8);
 }
 PA_DEVICE void pa_mma_load_a_kn(pa_mma_a& a, const pa_u16* tile, int ld) { pa_mma_load_a(a, tile, ld); }
-// b[0..1]: n 0..7, b[2..3]: n 8..15.
 PA_DEVICE void pa_mma_load_b_nk(pa_mma_b& b, const pa_u16* tile, int ld) {
     const int lane = pa_lane_id();
     pa_ldmatrix_x4(b, tile + (lane % 8 + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8);

@@ -4,7 +4,8 @@
 // A shared tile holds ROWS rows of PA_HEAD_DIM elements; pa_tile_offset<ROWS>(r, c) is the element offset of (r, c)
 // for c a multiple of PA_TILE_CHUNK, and each chunk of PA_TILE_CHUNK elements (16 bytes) is contiguous. With the
 // warpgroup MMA tiles use its 128-byte swizzled layout (above: rows of PA_TILE_ROW_ELEMS elements) and start
-// 1024-byte aligned; otherwise rows are padded by 16 bytes, which keeps the fragment loads free of bank conflicts.
+// 1024-byte aligned; mma.sync tiles built with PA_TILE_SWIZZLED (decode) take the same layout; otherwise rows are
+// padded by 16 bytes, which keeps the fragment loads free of bank conflicts.
 // float32 on the warpgroup MMA (TF32) reads split tiles: a tile of the operand rounded to TF32 (big) followed by one
 // of what that leaves (small), and V transposed (rows of PA_HEAD_DIM, keys along the row in the P·V key order of
 // pa_mma_tf32.cuh).
@@ -12,10 +13,12 @@
 // A block's waves split its PA_BLOCK_M query rows into PA_MMA_M-row tiles, MT per wave; pa_wave_row<MT>(mt) is the
 // first block row of this wave's tile mt (warpgroup MMA: the four warps of a group share each 64-row tile). With
 // PA_KEY_WAVES > 1 (decode) that many consecutive waves share the same rows, each taking a slice of every key tile.
-//   pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s)   s = Q K^T: this wave's rows of the BM-row tile q_s against the BN keys
-//                                              of k_s (SN = BN / PA_MMA_N score fragments per row tile)
-//   pa_tile_pv<MT, ON, BN>(acc, p, v_s)        acc += P V: the probabilities p (score fragments) against the BN
-//                                              rows of v_s (ON = PA_HEAD_DIM / PA_MMA_N output fragments)
+//   pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s[, row0])
+//       s = Q K^T: this wave's rows of the BM-row tile q_s against SN * PA_MMA_N keys of the BN-row tile k_s, from
+//       its row row0 (SN score fragments per row tile)
+//   pa_tile_pv<MT, ON, BN, SN[, ROWS]>(acc, p, v_s[, row0])
+//       acc += P V: the probabilities p (score fragments of BN keys) against BN rows of the ROWS-row tile v_s, from
+//       its row row0 (ON = PA_HEAD_DIM / PA_MMA_N output fragments)
 // These complete before they return (PA_TILE_ASYNC = 0). With the warpgroup MMA (PA_TILE_ASYNC = 1) the products
 // are asynchronous instead: pa_tile_qk_start, pa_tile_pv_start (P as A fragments, from pa_tile_to_a) and the
 // waits pa_tile_wait_scores<PENDING> / pa_tile_wait_all. PA_TILE_STAGES is the number of K and V buffers, and
@@ -171,6 +174,48 @@ PA_DEVICE void pa_tile_wait_all(pa_mma_c (&acc)[MT][ON]) {
 #define PA_TILE_ASYNC 0   // tile products complete before they return
 #define PA_TILE_STAGES 1  // K and V buffers
 PA_DEVICE pa_elem* pa_tile_base(void* smem) { return static_cast<pa_elem*>(smem); }
+#if PA_TILE_SWIZZLED
+// Swizzled tiles (NVIDIA mma.sync, 16-bit, head dims a multiple of 64; the host asks for them): the warpgroup MMA's
+// layout above, blocks of 128-byte rows with their 16-byte chunks permuted by row. Each row's copies land in
+// 128-byte aligned runs of shared memory, so a warp's copies of two 256-byte rows go out as whole 128-byte L2
+// requests (padded rows split them and read about 1.5 times the sectors), and the fragment loads stay free of bank
+// conflicts: each lane hands ldmatrix the address of its own element.
+#if !defined(PA_MMA_LANE_ADDRESSES) || PA_F32 || PA_HEAD_DIM % 64 != 0
+#error "swizzled tiles need 16-bit mma.sync fragments and a head dim that is a multiple of 64"
+#endif
+constexpr int PA_TILE_ROW_ELEMS = 128 / (int)sizeof(pa_elem);
+template <int ROWS>
+__host__ __device__ constexpr int pa_tile_elems() {
+    return ROWS * PA_HEAD_DIM;
+}
+template <int ROWS>
+PA_DEVICE int pa_tile_offset(int r, int c) {
+    constexpr int W = PA_TILE_ROW_ELEMS;
+    return (c / W) * ROWS * W + r * W + ((((c % W) / PA_TILE_CHUNK) ^ (r % 8)) * PA_TILE_CHUNK);
+}
+// This lane's element of the 16x16 tile at (r0, c0) of a ROWS-row tile, where e is the lane's element within it
+// (pa_mma_lane_*). r0 is a multiple of 8 and c0 of 16 columns, so the chunk permutation depends on the lane alone:
+// pa_tile_offset<ROWS>(r0 + e.r, c0 + e.c) with one XOR per load (r0 may be known only at run time).
+template <int ROWS>
+PA_DEVICE const pa_elem* pa_tile_lane_elem(const pa_elem* tile, int r0, int c0, PaLaneElem e) {
+    constexpr int W = PA_TILE_ROW_ELEMS;
+    const int lane_chunk = (e.c / PA_TILE_CHUNK) ^ (e.r % 8);
+    return tile + (c0 / W) * ROWS * W + (r0 + e.r) * W + (((c0 % W) / PA_TILE_CHUNK) ^ lane_chunk) * PA_TILE_CHUNK;
+}
+// The fragments of the 16x16 tile at (r0, c0) of a ROWS-row tile.
+template <int ROWS>
+PA_DEVICE void pa_tile_load_a(pa_mma_a& a, const pa_elem* tile, int r0, int c0) {
+    pa_mma_load_a_at(a, pa_tile_lane_elem<ROWS>(tile, r0, c0, pa_mma_lane_a()));
+}
+template <int ROWS>
+PA_DEVICE void pa_tile_load_b_nk(pa_mma_b& b, const pa_elem* tile, int r0, int c0) {
+    pa_mma_load_b_nk_at(b, pa_tile_lane_elem<ROWS>(tile, r0, c0, pa_mma_lane_b_nk()));
+}
+template <int ROWS>
+PA_DEVICE void pa_tile_load_b_kn(pa_mma_b& b, const pa_elem* tile, int r0, int c0) {
+    pa_mma_load_b_kn_at(b, pa_tile_lane_elem<ROWS>(tile, r0, c0, pa_mma_lane_b_kn()));
+}
+#else
 constexpr int PA_TILE_LD = PA_HEAD_DIM + PA_TILE_CHUNK;  // padded row (elements)
 template <int ROWS>
 __host__ __device__ constexpr int pa_tile_elems() {
@@ -180,13 +225,26 @@ template <int ROWS>
 PA_DEVICE int pa_tile_offset(int r, int c) {
     return r * PA_TILE_LD + c;
 }
+template <int ROWS>
+PA_DEVICE void pa_tile_load_a(pa_mma_a& a, const pa_elem* tile, int r0, int c0) {
+    pa_mma_load_a(a, tile + pa_tile_offset<ROWS>(r0, c0), PA_TILE_LD);
+}
+template <int ROWS>
+PA_DEVICE void pa_tile_load_b_nk(pa_mma_b& b, const pa_elem* tile, int r0, int c0) {
+    pa_mma_load_b_nk(b, tile + pa_tile_offset<ROWS>(r0, c0), PA_TILE_LD);
+}
+template <int ROWS>
+PA_DEVICE void pa_tile_load_b_kn(pa_mma_b& b, const pa_elem* tile, int r0, int c0) {
+    pa_mma_load_b_kn(b, tile + pa_tile_offset<ROWS>(r0, c0), PA_TILE_LD);
+}
+#endif  // PA_TILE_SWIZZLED
 template <int MT>
 PA_DEVICE int pa_wave_row(int mt) {
     return (pa_wave_id() / PA_KEY_WAVES * MT + mt) * PA_MMA_M;
 }
 
 template <int MT, int SN, int BM, int BN>
-PA_DEVICE void pa_tile_qk(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s) {
+PA_DEVICE void pa_tile_qk(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s, int k_row0 = 0) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -197,12 +255,11 @@ PA_DEVICE void pa_tile_qk(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_el
     for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += PA_MMA_K) {
         pa_mma_a a[MT];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-            pa_mma_load_a(a[mt], q_s + pa_tile_offset<BM>(pa_wave_row<MT>(mt), k0), PA_TILE_LD);
+        for (int mt = 0; mt < MT; ++mt) pa_tile_load_a<BM>(a[mt], q_s, pa_wave_row<MT>(mt), k0);
 #pragma unroll
         for (int j = 0; j < SN; j += PA_MMA_B_TILES) {
             pa_mma_b kb;
-            pa_mma_load_b_nk(kb, k_s + pa_tile_offset<BN>(j * PA_MMA_N, k0), PA_TILE_LD);
+            pa_tile_load_b_nk<BN>(kb, k_s, k_row0 + j * PA_MMA_N, k0);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -211,8 +268,8 @@ PA_DEVICE void pa_tile_qk(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_el
     }
 }
 
-template <int MT, int ON, int BN, int SN>
-PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], const pa_elem* v_s) {
+template <int MT, int ON, int BN, int SN, int ROWS = BN>
+PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], const pa_elem* v_s, int v_row0 = 0) {
     if constexpr (PA_MMA_ACC_TRUNCATES) {
         // The unit's float accumulation truncates: each tile's P V is summed in fresh fragments and added to the
         // running output with ordinary (round-to-nearest) float additions, so the rounding error does not grow
@@ -231,7 +288,7 @@ PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], 
 #pragma unroll
             for (int kk = 0; kk < BN / PA_MMA_K; ++kk) {
                 pa_mma_b vb;
-                pa_mma_load_b_kn(vb, v_s + pa_tile_offset<BN>(kk * PA_MMA_K, j * PA_MMA_N), PA_TILE_LD);
+                pa_tile_load_b_kn<ROWS>(vb, v_s, v_row0 + kk * PA_MMA_K, j * PA_MMA_N);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -253,7 +310,7 @@ PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], 
 #pragma unroll
             for (int j = 0; j < ON; j += PA_MMA_B_TILES) {
                 pa_mma_b vb;
-                pa_mma_load_b_kn(vb, v_s + pa_tile_offset<BN>(k0, j * PA_MMA_N), PA_TILE_LD);
+                pa_tile_load_b_kn<ROWS>(vb, v_s, v_row0 + k0, j * PA_MMA_N);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
 #pragma unroll

@@ -52,9 +52,11 @@ F32 = ("float32",)
 # V stream through three buffers (cp.async), so that two tiles are in flight while one is computed. At d = 96 and
 # 128 two waves share the 16 rows, 16 keys of each tile apiece (key_waves: a few percent on short caches with one
 # key/value head, scripts/tune_decode.py); at d = 32 and 64 that would leave each lane so few copies that the loader
-# keeps per-copy addresses, a page-table lookup each, and paged caches slow down.
-_NV = rows(HALF, {d: T(block_m=16, block_n=32, threads=32, stages=3) for d in (32, 64)}) | rows(
-    HALF, {d: T(block_m=16, block_n=32, threads=64, stages=3, key_waves=2) for d in (96, 128)}) | rows(
+# keeps per-copy addresses, a page-table lookup each, and paged caches slow down. swizzled: SWIZZLED_MIN_TILES.
+_NV = rows(HALF, {32: T(block_m=16, block_n=32, threads=32, stages=3)}) | rows(
+    HALF, {64: T(block_m=16, block_n=32, threads=32, stages=3, swizzled=True)}) | rows(
+    HALF, {96: T(block_m=16, block_n=32, threads=64, stages=3, key_waves=2)}) | rows(
+    HALF, {128: T(block_m=16, block_n=32, threads=64, stages=3, key_waves=2, swizzled=True)}) | rows(
     HALF, {256: T(block_m=16, block_n=16, threads=32, stages=3)}) | rows(
     F32, {d: T(block_m=16, block_n=16, threads=32, stages=3) for d in (32, 64, 96, 128)}) | rows(
     F32, {256: T(block_m=16, block_n=16, threads=32)})
@@ -95,6 +97,10 @@ BYTES_IN_FLIGHT = 4 << 20
 # A split takes at least this many key tiles: shorter ones cost more in partial writes and the combine launch than
 # their parallel reading saves (scripts/tune_decode.py), and a short cache then needs no combine.
 MIN_SPLIT_TILES = 2
+# Tiles marked swizzled (NVIDIA, 16-bit, d = 64 and 128) take the 128-byte swizzled shared layout: a warp's copies of
+# cache rows then go out as whole 128-byte L2 requests, 3-8 % faster on calls that stream the cache. Splits of fewer
+# than this many key tiles ran 2-9 % slower with them and keep padded rows (DecodePlan.short_attend).
+SWIZZLED_MIN_TILES = 4
 
 DecodeParams = struct_from_header("pa_decode_params.cuh", "PaDecodeParams")
 
@@ -120,20 +126,32 @@ class DecodeSpec(KernelSpec):
     def function(self) -> str:
         return self.FILES[self.stage][1]
 
+    @property
+    def swizzled(self) -> bool:
+        """Whether the attend kernel's shared tiles take the 128-byte swizzled layout: its tile asks for it and the
+        build reads them with NVIDIA's mma.sync (not the 64-lane emulation), 16-bit, head dim a multiple of 64."""
+        return (self.stage == "attend" and self.tile.swizzled and not self.emulated and self.lanes == 32
+                and self.dtype in HALF and self.head_dim % 64 == 0)
+
+    @property
+    def options(self) -> list[str]:
+        return [*super().options, *["swizzled"] * self.swizzled]
+
     def family_defines(self) -> dict[str, int]:
         if self.stage == "attend":
             return {"PA_STAGES": self.tile.stages, "PA_MIN_BLOCKS": self.tile.min_blocks,
-                    "PA_KEY_WAVES": self.tile.key_waves}
+                    "PA_KEY_WAVES": self.tile.key_waves} | ({"PA_TILE_SWIZZLED": 1} if self.swizzled else {})
         return {"PA_ROW_LANES": self.tile.row_lanes} if self.stage == "combine" else {}
 
     @property
     def smem_bytes(self) -> int:
-        """attend: the packed Q tile and ``stages`` K and V tiles, rows padded by 16 bytes; append, combine: none."""
+        """attend: the packed Q tile and ``stages`` K and V tiles, rows padded by 16 bytes (swizzled: unpadded);
+        append, combine: none."""
         if self.stage != "attend":
             return 0
         size = 4 if self.dtype == "float32" else 2
         t = self.tile
-        return size * (t.block_m + 2 * t.stages * t.block_n) * (self.head_dim + 16 // size)
+        return size * (t.block_m + 2 * t.stages * t.block_n) * (self.head_dim + (0 if self.swizzled else 16 // size))
 
 
 @dataclass(frozen=True)
@@ -141,6 +159,13 @@ class DecodePlan:
     append: DecodeSpec
     attend: DecodeSpec
     combine: DecodeSpec
+    short_attend: DecodeSpec  # for splits of fewer than SWIZZLED_MIN_TILES key tiles: attend with padded rows
+
+
+def attend_kernel(plan: DecodePlan, keys_per_split: int) -> DecodeSpec:
+    """The attend kernel of a call whose splits take ``keys_per_split`` keys: swizzled shared tiles (where the
+    tile has them) pay off on splits of at least SWIZZLED_MIN_TILES key tiles."""
+    return plan.attend if keys_per_split >= SWIZZLED_MIN_TILES * plan.attend.tile.block_n else plan.short_attend
 
 
 # select's answers: a call whose key length is new plans its launches (once per generated token). Whoever changes
@@ -178,7 +203,8 @@ def _select(target: Target, dtype: str, head_dim: int, packed_rows: int, mask_ex
     combine = T(block_m=COMBINE_THREADS // COMBINE_ROW_LANES, block_n=0, threads=COMBINE_THREADS,
                 row_lanes=COMBINE_ROW_LANES)
     return DecodePlan(replace(attend, tile=helper, stage="append", mask_ext=False), attend,
-                      replace(attend, tile=combine, stage="combine", mask_ext=False))
+                      replace(attend, tile=combine, stage="combine", mask_ext=False),
+                      replace(attend, tile=replace(attend.tile, swizzled=False)) if attend.swizzled else attend)
 
 
 def _fits(spec: DecodeSpec, target: Target) -> bool:
@@ -209,7 +235,7 @@ def shipped_variants(target: Target) -> list[DecodeSpec]:
         for table in DECODE_TILES.get(target.family, ()):
             for dt, d in table:
                 plan = select(target, dt, d, table[(dt, d)].block_m, mask_ext)
-                specs += [s for s in (plan.append, plan.attend, plan.combine) if s not in specs]
+                specs += [s for s in (plan.append, plan.attend, plan.short_attend, plan.combine) if s not in specs]
     return specs  # a tile that does not fit the target gives way to one that does (select)
 
 
@@ -352,7 +378,7 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
     if k_new is not None and k_new.shape[1] > 0:
         per_block = HELPER_THREADS // (head_dim * q.element_size() // 16)
         grids.append((plan.append, -(-batch * k_new.shape[1] * heads_kv // per_block)))
-    grids.append((plan.attend, n_splits * row_blocks * batch * heads_kv))
+    grids.append((attend_kernel(plan, keys_per_split), n_splits * row_blocks * batch * heads_kv))
     if n_splits > 1:
         rows_per_block = plan.combine.tile.block_m // p.combine_groups
         grids.append((plan.combine, -(-batch * heads_q * seqlen_q // rows_per_block)))

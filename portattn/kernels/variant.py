@@ -36,6 +36,7 @@ class TileConfig:
     stages: int = 1  # backward dK/dV, decode: buffers of the streamed tiles; 2 overlaps copies and work (PA_STAGES)
     q_stages: int = 1  # Hopper warp-specialized forward: Q buffers (PA_Q_STAGES; 2 copies the next job's Q early)
     key_waves: int = 1  # decode: waves sharing the same query rows, each taking a slice of every key tile
+    swizzled: bool = False  # decode, 16-bit mma.sync: shared tiles in the 128-byte swizzled layout (PA_TILE_SWIZZLED)
 
     @property
     def options(self) -> list[str]:

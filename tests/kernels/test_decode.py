@@ -8,6 +8,7 @@ import torch
 
 import portattn
 from portattn.kernels import decode
+from portattn.ops import eager
 from portattn.tools.reference import reference_attention, relative_error
 from portattn.tools.testing import capture_graph
 
@@ -101,6 +102,39 @@ def test_paged_cache_matches_contiguous(gen, dtype, d, page_size):
     check(out, ref, dtype)
     contiguous = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
     assert relative_error(out, contiguous.double()) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("paged_cache", [False, True], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("nq", [1, 16])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_long_and_short_splits_take_their_attend_kernels(gen, monkeypatch, on_target, dtype, d, nq, paged_cache):
+    """Splits of at least SWIZZLED_MIN_TILES key tiles take the plan's attend kernel (NVIDIA: swizzled shared
+    tiles), shorter ones its padded-row kernel; both match float64 (grouped heads, one and several query positions,
+    contiguous and paged caches)."""
+    b, hq, hk, cap, page = 2, 16, 2, 1024, 64
+    lengths = [1000, 517]
+    q = rand(gen, dtype, b, nq, hq, d)
+    k_cache, v_cache = rand(gen, dtype, b, cap, hk, d), rand(gen, dtype, b, cap, hk, d)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    k_in, v_in, table = k_cache, v_cache, None
+    if paged_cache:
+        k_in, table = paged(k_cache, page, gen)
+        v_in = torch.full_like(k_in, float("nan"))
+        v_in[table.flatten().long()] = v_cache.view(-1, page, hk, d)
+    ref, _ = reference(q, k_cache, v_cache, lengths, causal=True)
+    plan = decode.select(on_target, str(dtype).removeprefix("torch."), d, hq // hk * nq)
+    launched = []
+    compiled = decode.loader.kernel_function
+    monkeypatch.setattr(decode.loader, "kernel_function", lambda spec, *a: launched.append(spec) or compiled(spec, *a))
+    monkeypatch.setattr(decode, "_plans", {})  # plan (and so load the kernels) afresh, not from earlier calls
+    monkeypatch.setattr(eager, "_replays", {})
+    for splits, attend in ((1, plan.attend), (32, plan.short_attend)):  # 1000 keys; 32 keys (one tile) per split
+        launched.clear()
+        out = portattn.attention_with_kvcache(q, k_in, v_in, cache_seqlens=seqlens, block_table=table,
+                                               num_splits=splits)
+        check(out, ref, dtype)
+        assert [s for s in launched if s.stage == "attend"] == [attend]
 
 
 @pytest.mark.parametrize("paged_cache", [False, True], ids=["contiguous", "paged"])

@@ -1,4 +1,5 @@
 """The decode kernels' automatic split count and the resident-block count it starts from, without a GPU."""
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -106,3 +107,26 @@ def test_selection_is_kept_per_call_shape(monkeypatch):
     assert wide.attend.tile.block_m == 64 and first.attend.tile.block_m == 16
     with pytest.raises(ValueError, match="head dim"):
         decode.select(sm90, "bfloat16", 100, 4)
+
+
+def test_swizzled_tiles_serve_long_splits_on_nvidia():
+    """sm_90 16-bit d = 64 / 128 attend kernels read swizzled shared tiles (unpadded rows, PA_TILE_SWIZZLED) for
+    splits of at least SWIZZLED_MIN_TILES key tiles, padded rows for shorter ones; the 64-lane emulation, AMD,
+    float32 and d = 96 keep padded rows."""
+    sm90 = Target.for_arch("sm_90")
+    for dtype, d in (("bfloat16", 128), ("float16", 64)):
+        for rows in (4, 64):
+            plan = decode.select(sm90, dtype, d, rows)
+            assert plan.attend.swizzled and plan.attend.defines["PA_TILE_SWIZZLED"] == 1
+            assert plan.attend.smem_bytes == 2 * (plan.attend.tile.block_m + 6 * plan.attend.tile.block_n) * d
+            assert not plan.short_attend.swizzled and "PA_TILE_SWIZZLED" not in plan.short_attend.defines
+            assert plan.short_attend.tile == replace(plan.attend.tile, swizzled=False)
+            bn = plan.attend.tile.block_n
+            assert decode.attend_kernel(plan, decode.SWIZZLED_MIN_TILES * bn) is plan.attend
+            assert decode.attend_kernel(plan, decode.SWIZZLED_MIN_TILES * bn - 1) is plan.short_attend
+            assert plan.short_attend in decode.shipped_variants(sm90) and plan.attend in decode.shipped_variants(sm90)
+    for target, dtype, d in ((sm90.with_lanes(64), "bfloat16", 128), (Target.for_arch("gfx90a"), "float16", 128),
+                             (sm90, "float32", 128), (sm90, "bfloat16", 96)):
+        plan = decode.select(target, dtype, d, 4)
+        assert not plan.attend.swizzled and plan.short_attend == plan.attend
+        assert "PA_TILE_SWIZZLED" not in plan.attend.defines
