@@ -175,10 +175,10 @@ PA_DEVICE void pa_tile_wait_all(pa_mma_c (&acc)[MT][ON]) {
 PA_DEVICE pa_elem* pa_tile_base(void* smem) { return static_cast<pa_elem*>(smem); }
 #if PA_TILE_SWIZZLED
 // Swizzled tiles (NVIDIA mma.sync, 16-bit, head dims a multiple of 64; the host asks for them): the warpgroup MMA's
-// layout above, blocks of 128-byte rows with their 16-byte chunks permuted by row. Each row's copies land in
-// 128-byte aligned runs of shared memory, so a warp's copies of two 256-byte rows go out as whole 128-byte L2
-// requests (padded rows split them and read about 1.5 times the sectors), and the fragment loads stay free of bank
-// conflicts: each lane hands ldmatrix the address of its own element.
+// layout above, blocks of 128-byte rows with their 16-byte chunks permuted by row. Each row's copies land in runs of
+// 128 bytes (on 128-byte boundaries where the tile starts on one, as dynamic shared memory does here), so a warp's
+// copies of two 256-byte rows go out as whole 128-byte L2 requests (padded rows split them and read about 1.5 times
+// the sectors), and the fragment loads stay free of bank conflicts: each lane hands ldmatrix its own element.
 #if !defined(PA_MMA_LANE_ADDRESSES) || PA_F32 || PA_HEAD_DIM % 64 != 0
 #error "swizzled tiles need 16-bit mma.sync fragments and a head dim that is a multiple of 64"
 #endif
