@@ -235,7 +235,9 @@ def shipped_variants(target: Target) -> list[DecodeSpec]:
         for table in DECODE_TILES.get(target.family, ()):
             for dt, d in table:
                 plan = select(target, dt, d, table[(dt, d)].block_m, mask_ext)
-                specs += [s for s in (plan.append, plan.attend, plan.short_attend, plan.combine) if s not in specs]
+                for spec in (plan.append, plan.attend, plan.short_attend, plan.combine):
+                    if spec not in specs:
+                        specs.append(spec)
     return specs  # a tile that does not fit the target gives way to one that does (select)
 
 
