@@ -41,7 +41,9 @@ typedef unsigned pa_mma_b[4];
 
 // The element (row, column) of a 16x16 tile whose address this lane hands to ldmatrix in the loads below, for the A
 // fragment and for the B fragments read along n (nk) or along k (kn); the *_at loads take that address, so that
-// tiles in layouts other than rows of a stride (pa_tile.cuh's swizzled tiles) can be read.
+// tiles in layouts other than rows of a stride (pa_tile.cuh's swizzled tiles) can be read. The strided loads below
+// keep their own inline form of the same addresses: written through these, ptxas gives the backward's dK/dV kernel
+// two more registers.
 #define PA_MMA_LANE_ADDRESSES 1
 struct PaLaneElem {
     int r, c;

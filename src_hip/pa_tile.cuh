@@ -47,6 +47,22 @@ PA_DEVICE void pa_tile_to_a(pa_mma_a (&a)[MT][KT], const pa_mma_c (&p)[MT][SN]) 
         for (int kk = 0; kk < KT; ++kk) pa_mma_a_from_c(a[mt][kk], p[mt], kk * PA_MMA_K);
 }
 
+#if PA_MMA_WGMMA || PA_TILE_SWIZZLED
+// The swizzled layout (warpgroup MMA tiles, and mma.sync tiles built with PA_TILE_SWIZZLED): rows are stored as blocks
+// of PA_TILE_ROW_ELEMS columns (128 bytes), their 16-byte chunks permuted by row; a head dim that is not a multiple of
+// it (96) leaves the last block's columns past it unused.
+constexpr int PA_TILE_ROW_ELEMS = 128 / (int)sizeof(pa_elem);
+template <int ROWS>
+__host__ __device__ constexpr int pa_tile_elems() {
+    return ROWS * ((PA_HEAD_DIM + PA_TILE_ROW_ELEMS - 1) / PA_TILE_ROW_ELEMS * PA_TILE_ROW_ELEMS);
+}
+template <int ROWS>
+PA_DEVICE int pa_tile_offset(int r, int c) {
+    constexpr int W = PA_TILE_ROW_ELEMS;
+    return (c / W) * ROWS * W + r * W + ((((c % W) / PA_TILE_CHUNK) ^ (r % 8)) * PA_TILE_CHUNK);
+}
+#endif
+
 #if PA_MMA_WGMMA
 static_assert(PA_HEAD_DIM % 16 == 0, "the warpgroup MMA tiles need a head dim that is a multiple of 16");
 #if defined(PA_THREADS)
@@ -59,18 +75,6 @@ static_assert(PA_KEY_WAVES == 1, "the warpgroup MMA tiles split rows, not keys, 
 PA_DEVICE pa_elem* pa_tile_base(void* smem) {
     const unsigned pad = (1024 - pa_smem_addr(smem) % 1024) % 1024;
     return reinterpret_cast<pa_elem*>(static_cast<char*>(smem) + pad);
-}
-// Rows are stored as blocks of PA_TILE_ROW_ELEMS columns (128 bytes); a head dim that is not a multiple of it (96)
-// leaves the last block's columns past it unused.
-constexpr int PA_TILE_ROW_ELEMS = 128 / (int)sizeof(pa_elem);
-template <int ROWS>
-__host__ __device__ constexpr int pa_tile_elems() {
-    return ROWS * ((PA_HEAD_DIM + PA_TILE_ROW_ELEMS - 1) / PA_TILE_ROW_ELEMS * PA_TILE_ROW_ELEMS);
-}
-template <int ROWS>
-PA_DEVICE int pa_tile_offset(int r, int c) {
-    constexpr int W = PA_TILE_ROW_ELEMS;
-    return (c / W) * ROWS * W + r * W + ((((c % W) / PA_TILE_CHUNK) ^ (r % 8)) * PA_TILE_CHUNK);
 }
 // Operand start of rows r.. and columns c.. (r a multiple of 8, c of 32 bytes' worth): the unit applies the swizzle
 // itself.
@@ -175,24 +179,14 @@ PA_DEVICE void pa_tile_wait_all(pa_mma_c (&acc)[MT][ON]) {
 #define PA_TILE_STAGES 1  // K and V buffers
 PA_DEVICE pa_elem* pa_tile_base(void* smem) { return static_cast<pa_elem*>(smem); }
 #if PA_TILE_SWIZZLED
-// Swizzled tiles (NVIDIA mma.sync, 16-bit, head dims a multiple of 64; the host asks for them): the warpgroup MMA's
-// layout above, blocks of 128-byte rows with their 16-byte chunks permuted by row. Each row's copies land in runs of
-// 128 bytes (on 128-byte boundaries where the tile starts on one, as dynamic shared memory does here), so a warp's
-// copies of two 256-byte rows go out as whole 128-byte L2 requests (padded rows split them and read about 1.5 times
-// the sectors), and the fragment loads stay free of bank conflicts: each lane hands ldmatrix its own element.
+// Swizzled tiles (NVIDIA mma.sync, 16-bit, head dims a multiple of 64; the host asks for them), in the layout above.
+// Each row's copies land in runs of 128 bytes (on 128-byte boundaries where the tile starts on one, as dynamic shared
+// memory does here), so a warp's copies of two 256-byte rows go out as whole 128-byte L2 requests (padded rows split
+// them and read about 1.5 times the sectors), and the fragment loads stay free of bank conflicts: each lane hands
+// ldmatrix its own element.
 #if !defined(PA_MMA_LANE_ADDRESSES) || PA_F32 || PA_HEAD_DIM % 64 != 0
 #error "swizzled tiles need 16-bit mma.sync fragments and a head dim that is a multiple of 64"
 #endif
-constexpr int PA_TILE_ROW_ELEMS = 128 / (int)sizeof(pa_elem);
-template <int ROWS>
-__host__ __device__ constexpr int pa_tile_elems() {
-    return ROWS * PA_HEAD_DIM;
-}
-template <int ROWS>
-PA_DEVICE int pa_tile_offset(int r, int c) {
-    constexpr int W = PA_TILE_ROW_ELEMS;
-    return (c / W) * ROWS * W + r * W + ((((c % W) / PA_TILE_CHUNK) ^ (r % 8)) * PA_TILE_CHUNK);
-}
 // This lane's element of the 16x16 tile at (r0, c0) of a ROWS-row tile, where e is the lane's element within it
 // (pa_mma_lane_*). r0 is a multiple of 8 and c0 of 16 columns, so the chunk permutation depends on the lane alone:
 // pa_tile_offset<ROWS>(r0 + e.r, c0 + e.c) with one XOR per load (r0 may be known only at run time).

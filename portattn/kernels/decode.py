@@ -128,10 +128,10 @@ class DecodeSpec(KernelSpec):
 
     @property
     def swizzled(self) -> bool:
-        """Whether the attend kernel's shared tiles take the 128-byte swizzled layout: its tile asks for it and the
-        build reads them with NVIDIA's mma.sync (not the 64-lane emulation), 16-bit, head dim a multiple of 64."""
-        return (self.stage == "attend" and self.tile.swizzled and not self.emulated and self.lanes == 32
-                and self.dtype in HALF and self.head_dim % 64 == 0)
+        """Whether the attend kernel's shared tiles take the 128-byte swizzled layout: its tile asks for it (only
+        NVIDIA's 16-bit rows at d = 64 and 128 do; the kernel refuses to build it for anything mma.sync cannot read
+        that way)."""
+        return self.stage == "attend" and self.tile.swizzled
 
     @property
     def options(self) -> list[str]:
