@@ -1,7 +1,9 @@
 """Greedy generation speed with a Hugging Face transformers Llama (12 layers, 16 query heads on 4 key/value heads,
 d = 128, hidden 2048, random weights, bfloat16): tokens per second of ``model.generate`` with SDPA (its default
-backend), under ``portattn.patch_sdpa`` and with ``attn_implementation="portattn"``, same process and prompts,
-median of 7 rounds (each runs the three in turn) after a warmup round. Prints a Markdown table."""
+backend), under ``portattn.patch_sdpa`` and with ``attn_implementation="portattn"``, same process and prompts.
+Each of 7 rounds (after a warmup round) runs the three in turn; the table gives each configuration's median
+tokens/s and the median of its per-round ratios to SDPA (a ratio of runs made seconds apart: the host's speed
+drifts between rounds, for all configurations alike). Prints a Markdown table."""
 from __future__ import annotations
 
 import statistics
@@ -27,16 +29,19 @@ def generate_tokens_per_s(model, ids: torch.Tensor, patched: bool) -> float:
     return ids.shape[0] * NEW / (time.perf_counter() - start)
 
 
-def medians(runs: dict[str, tuple], rounds: int = 7) -> dict[str, float]:
+def medians(runs: dict[str, tuple], rounds: int = 7) -> tuple[dict[str, float], dict[str, float]]:
     """Median tokens/s of each configuration (model, ids, patched) over ``rounds`` rounds that run every
-    configuration once in turn, after one warmup round: a slow stretch of the host slows all of them alike."""
+    configuration once in turn, after one warmup round, and the median of each configuration's per-round ratio to
+    the first configuration."""
     for args in runs.values():
         generate_tokens_per_s(*args)
     samples: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, args in runs.items():
             samples[name].append(generate_tokens_per_s(*args))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    base = samples[next(iter(runs))]
+    ratios = {name: statistics.median(x / b for x, b in zip(values, base)) for name, values in samples.items()}
+    return {name: statistics.median(values) for name, values in samples.items()}, ratios
 
 
 def main() -> None:
@@ -56,11 +61,11 @@ def main() -> None:
         for batch in (1, 8):
             ids = torch.randint(1, config.vocab_size, (batch, prompt), device="cuda")
             with torch.no_grad():
-                speed = medians({"sdpa": (models["sdpa"], ids, False), "patched": (models["sdpa"], ids, True),
-                                 "native": (models["portattn"], ids, False)})
-            sdpa, patched, native = speed["sdpa"], speed["patched"], speed["native"]
-            print(f"| {prompt} | {batch} | {sdpa:.0f} | {patched:.0f} | {patched / sdpa:.2f} | {native:.0f} | "
-                  f"{native / sdpa:.2f} |")
+                speed, ratio = medians({"sdpa": (models["sdpa"], ids, False),
+                                        "patched": (models["sdpa"], ids, True),
+                                        "native": (models["portattn"], ids, False)})
+            print(f"| {prompt} | {batch} | {speed['sdpa']:.0f} | {speed['patched']:.0f} | {ratio['patched']:.2f} | "
+                  f"{speed['native']:.0f} | {ratio['native']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ number of splits comes from the shape and the GPU's multiprocessor count (``spli
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass, replace
 
 import torch
@@ -316,9 +317,10 @@ def start(plan: Launches, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     """Launch ``plan`` (from ``run``) on tensors of its signature (only their addresses are read)."""
     launches, sizes = plan
     p = type(launches[0].params).from_buffer_copy(launches[0].params)  # pointers null, softcap 0
+    stream = current_stream(q.device)
     parts = None
-    if sizes is not None:  # one allocation, held until the launches are queued: the partial outputs, then their LSE
-        parts = torch.empty(sizes[0] + sizes[1], dtype=torch.float32, device=q.device)
+    if sizes is not None:  # the partial outputs, then their LSE; held until the launches are queued
+        parts = _partials(q.device, stream, sizes[0] + sizes[1])
         p.o_part, p.lse_part = parts.data_ptr(), parts.data_ptr() + 4 * sizes[0]
     p.q, p.k, p.v, p.o = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
     p.cache_seqlens = cache_seqlens.data_ptr()
@@ -330,10 +332,27 @@ def start(plan: Launches, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
             setattr(p, name, t.data_ptr())
     if masking.softcap > 0:
         p.softcap = masking.softcap
-    stream = current_stream(q.device)
     for launch in launches:
-        loader.launch(launch.target, launch.fn, launch.grid, launch.threads, launch.smem_bytes, p, stream,
-                      launch.overlap)
+        launch.send(p, stream)
+
+
+# float32 room for the splits' partial results of eager calls, per (device index, stream handle, thread).
+_workspaces: dict[tuple[int, int, int], torch.Tensor] = {}
+
+
+def _partials(device: torch.device, stream: int, elements: int) -> torch.Tensor:
+    """At least ``elements`` float32 elements for one call's partial results on ``stream``, torch's current stream.
+    Eager calls share a buffer kept per stream and thread and grown as calls need: one thread's calls on a stream are
+    queued and run in order, so each call's combine has read the buffer before the next call's attend kernel writes
+    it (torch's caching allocator hands a stream's freed blocks back to the same stream alike). A call captured into
+    a CUDA graph gets its own allocation, which the graph keeps."""
+    if torch.cuda.is_current_stream_capturing():
+        return torch.empty(elements, dtype=torch.float32, device=device)
+    key = (device.index, stream, threading.get_ident())
+    buffer = _workspaces.get(key)
+    if buffer is None or buffer.numel() < elements:
+        buffer = loader.remember(_workspaces, key, torch.empty(elements, dtype=torch.float32, device=device))
+    return buffer
 
 
 def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, k_new: torch.Tensor | None,

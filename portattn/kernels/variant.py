@@ -5,7 +5,6 @@ A family module (``forward.py``, ...) holds its tile tables (data keyed by arch 
 """
 from __future__ import annotations
 
-import os
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable, ClassVar
@@ -13,6 +12,7 @@ from typing import Callable, ClassVar
 import torch
 
 from ..errors import UnsupportedTargetError
+from ..runtime import environ
 from ..runtime.compiler import compile_kernel
 from ..runtime.resources import blocks_per_multiprocessor
 from ..runtime.target import Target, target_for
@@ -202,7 +202,7 @@ def current_stream(device: torch.device) -> int:
 
 def forced_kernel() -> str | None:
     """The implementation asked for by the verification hooks or ``PORTATTN_KERNEL`` ("mma", "simt"), else None."""
-    return OVERRIDES.get().kernel or os.environ.get(KERNEL_ENV) or None
+    return OVERRIDES.get().kernel or environ.get(KERNEL_ENV) or None
 
 
 def dtype_name(dtype: object) -> str:

@@ -3,13 +3,12 @@
 settings) ran before on plain tensors, launching the kernels on its inputs directly, launches the same kernels
 again, without the checks, the layout work and the kernel choice. The host cost of one call matters when decoding:
 one call per layer per token. One store holds the launches of both kinds of call, under keys of their own."""
-import os
 from typing import Callable, Optional
 
 import torch
 
 from ..kernels.variant import KERNEL_ENV, OVERRIDES
-from ..runtime import loader
+from ..runtime import environ, loader
 from ..runtime.target import LANES_ENV
 
 # Launches a call again on new tensors of its signature (only their addresses are read): for ``attention`` and the
@@ -45,7 +44,7 @@ def signature(q: object, k: object, v: object, causal: object, scale: object, gq
 def settings() -> tuple:
     """What a signature holds besides the call: the verification overrides and the target and kernel settings
     of the environment."""
-    return OVERRIDES.get(), os.environ.get(LANES_ENV), os.environ.get(KERNEL_ENV)
+    return OVERRIDES.get(), environ.get(LANES_ENV), environ.get(KERNEL_ENV)
 
 
 def replay(q: object, k: object, v: object, causal: object, scale: object,

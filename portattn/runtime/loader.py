@@ -6,6 +6,7 @@ find the function handle in a dictionary, so the per-call path does no file read
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Hashable
@@ -70,8 +71,11 @@ class Launch:
     _per_thread: threading.local = field(default_factory=threading.local, init=False, repr=False, compare=False)
     _map_offsets: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)  # by tensor_maps entry
     _maps_end: int = field(default=0, init=False, repr=False, compare=False)  # the first byte after the maps
+    _send: Any = field(default=None, init=False, repr=False, compare=False)  # the driver's launch, bound
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_send", functools.partial(backend_for(self.target.vendor).driver.launch, self.fn,
+                                                             (self.grid, 1, 1), (self.threads, 1, 1), self.smem_bytes))
         if self.tensor_maps:  # they must lead the struct
             struct = type(self.params)
             members = [getattr(struct, map_name) for map_name, _ in self.tensor_maps]
@@ -89,7 +93,11 @@ class Launch:
             setattr(params, name, value)
         if self.tensor_maps:
             self._repoint_maps(params, fields)
-        launch(self.target, self.fn, self.grid, self.threads, self.smem_bytes, params, stream_handle, self.overlap)
+        self._send(params, stream_handle, self.overlap)
+
+    def send(self, params: ctypes.Structure, stream_handle: int) -> None:
+        """Launch with ``params`` (a struct of this launch's type, its per-call fields set) on the stream."""
+        self._send(params, stream_handle, self.overlap)
 
     def _kept_params(self) -> ctypes.Structure:
         """The struct of a launch with tensor maps: one aligned copy per thread, kept between calls (the driver

@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass, replace
 
 from ..errors import UnsupportedTargetError
+from . import environ
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,7 @@ def target_for(device: "object") -> Target:
 
     dev = torch.device(device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
-    key = (index, os.environ.get(LANES_ENV, ""))
+    key = (index, environ.get(LANES_ENV) or "")
     target = _detected.get(key)
     if target is None:
         target = Target.detect(torch.device("cuda", index))

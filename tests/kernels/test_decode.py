@@ -2,6 +2,7 @@
 target the machine executes: random lengths, contiguous and paged caches with scattered page tables, grouped-query
 ratios, query lengths 1-16, forced and automatic key splits, appends in place."""
 import math
+import threading
 
 import pytest
 import torch
@@ -247,6 +248,54 @@ def test_cuda_graph_replay_with_growing_lengths(gen):
         lengths = (seqlens + 1).tolist()
         ref, _ = reference(q, k_cache, v_cache, lengths, causal=True)
         check(static_out, ref, dtype)
+
+
+def test_split_calls_on_two_streams_and_in_a_graph(gen):
+    """Eager calls with key splits keep their partial results in one buffer per stream (and thread), grown as calls
+    need: calls of growing size queued without a sync on two streams in turn all match float64, and a captured call
+    allocates its own partial results (no buffer of the capture stream) and stays right when replayed after eager
+    calls that grew the buffers."""
+    dtype, hq, hk, d = torch.float16, 8, 2, 64
+
+    def call(b, n, splits):
+        q, k, v = rand(gen, dtype, b, 1, hq, d), rand(gen, dtype, b, n, hk, d), rand(gen, dtype, b, n, hk, d)
+        lengths = torch.full((b,), n, dtype=torch.int32, device="cuda")
+        return (q, k, v, lengths), lambda: portattn.attention_with_kvcache(q, k, v, cache_seqlens=lengths,
+                                                                           num_splits=splits)
+
+    main, side = torch.cuda.current_stream(), torch.cuda.Stream()
+    side.wait_stream(main)
+    results = []
+    for i, (b, n, splits) in enumerate([(1, 300, 3), (1, 300, 3), (2, 700, 5), (2, 700, 9), (4, 1500, 12)] * 2):
+        with torch.cuda.stream(side if i % 2 else main):  # inputs made on the stream that reads them
+            inputs, fn = call(b, n, splits)
+            results.append((inputs, fn()))
+    main.wait_stream(side)
+    torch.cuda.synchronize()
+    for (q, k, v, lengths), out in results:
+        check(out, reference(q, k, v, lengths.tolist(), causal=True)[0], dtype)
+    key = (torch.cuda.current_device(), main.cuda_stream, threading.get_ident())
+    assert key in decode._workspaces
+
+    (q, k, v, lengths), fn = call(2, 900, 7)
+    capture_streams = []
+
+    def step():
+        capture_streams.append(torch.cuda.current_stream().cuda_stream)
+        return fn()
+
+    graph, static_out = capture_graph(step)
+    capturing = (torch.cuda.current_device(), capture_streams[-1], threading.get_ident())
+    assert capturing not in decode._workspaces
+    for size in (2000, 4000):
+        (q2, k2, v2, lengths2), bigger = call(4, size, 40)
+        eager_out = bigger()
+        for t in (q, k, v):
+            t.copy_(torch.randn(t.shape, device="cuda", generator=gen))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(static_out, reference(q, k, v, lengths.tolist(), causal=True)[0], dtype)
+        check(eager_out, reference(q2, k2, v2, lengths2.tolist(), causal=True)[0], dtype)
 
 
 @pytest.mark.parametrize("paged_cache", [False, True], ids=["contiguous", "paged"])

@@ -51,7 +51,7 @@ def test_launches_with_tensor_maps_repoint_only_what_changed(monkeypatch):
 
     repointed, launched = [], []
     monkeypatch.setattr(cuda_driver, "set_tensor_map_address", lambda at, address: repointed.append((at, address)))
-    monkeypatch.setattr(loader, "launch", lambda *args: launched.append(args[5]))
+    monkeypatch.setattr(cuda_driver, "launch", lambda *args: launched.append(args[4]))  # args[4]: the struct
     maps = (("map_q", "q"), ("map_k", "k"), ("map_v", "v"))
     launch = loader.Launch(Target.for_arch("sm_90"), None, 1, 384, 0, FwdParams(batch=2, scale=0.5), tensor_maps=maps)
 
