@@ -137,11 +137,12 @@ def portattn_attention_forward(module: torch.nn.Module, query: torch.Tensor, key
         raise NotImplementedError("attention sinks (s_aux) are not supported by portattn; load this model with "
                                   "attn_implementation=\"eager\"")
     causal = _causal(module, query, attention_mask, is_causal)
-    # Unmasked calls of a signature portattn took before skip the checks (portattn.attention replays them).
-    checked = (attention_mask is None and not softcap and dropout == 0 and kwargs.get("position_bias") is None
-               and eager.ran_before(query, key, value, causal, scaling, True))
-    problem = None if checked else _unsupported(query, key, value, attention_mask, dropout, scaling,
-                                                kwargs.get("position_bias"))
+    # Unmasked calls of a signature portattn took before replay its launches, without the checks.
+    if attention_mask is None and not softcap and dropout == 0 and kwargs.get("position_bias") is None:
+        _, out = eager.replay(query, key, value, causal, scaling, True)
+        if out is not None:
+            return out.transpose(1, 2).contiguous(), None
+    problem = _unsupported(query, key, value, attention_mask, dropout, scaling, kwargs.get("position_bias"))
     if problem is not None:
         if problem.reason not in _warned:
             _warned.add(problem.reason)

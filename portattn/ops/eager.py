@@ -66,10 +66,5 @@ def lookup(key: Optional[tuple]) -> Optional[Replay]:
     return None if key is None else _replays.get(key)
 
 
-def ran_before(q: object, k: object, v: object, causal: object, scale: object, gqa: object) -> bool:
-    """Whether a call of this signature ran before (so that ``replay`` gives its output without checks)."""
-    return lookup(signature(q, k, v, causal, scale, gqa)) is not None
-
-
 def remember(key: tuple, fn: Replay) -> None:
     loader.remember(_replays, key, fn)
