@@ -319,7 +319,7 @@ def start(plan: Launches, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     p = type(launches[0].params).from_buffer_copy(launches[0].params)  # pointers null, softcap 0
     stream = current_stream(q.device)
     parts = None
-    if sizes is not None:  # the partial outputs, then their LSE; held until the launches are queued
+    if sizes is not None:  # the partial outputs, then their LSE
         parts = _partials(q.device, stream, sizes[0] + sizes[1])
         p.o_part, p.lse_part = parts.data_ptr(), parts.data_ptr() + 4 * sizes[0]
     p.q, p.k, p.v, p.o = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
