@@ -109,17 +109,20 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
         return static_cast<const pa_elem*>(p.q) + b * p.q_sb + (pa_i64)(r_abs % p.seqlen_q) * p.q_sn +
                (pa_i64)(h_kv * group + r_abs / p.seqlen_q) * p.q_sh;
     };
-    auto cache_row = [&](const void* base, pa_i64 sb, pa_i64 sn, pa_i64 sh, int key) {
-        return static_cast<const pa_elem*>(
-            pa_decode_cache_row(p, base, sb, sn, sh, (int)sizeof(pa_elem), seq.cache_b, h_kv, seq.first + key, bad));
-    };
     const PaTileLoader<BN> kv_loader;
     // Start copying K and V of the tile at key n0 into buffer `slot` (one commit group).
     auto load_tile = [&](int n0, int slot) {
-        kv_loader.start_rows_once(
-            k_s + slot * KV, [&](int r) { return cache_row(p.k, p.k_sb, p.k_sn, p.k_sh, n0 + r); }, n_end - n0);
-        kv_loader.start_rows_once(
-            v_s + slot * KV, [&](int r) { return cache_row(p.v, p.v_sb, p.v_sn, p.v_sh, n0 + r); }, n_end - n0);
+        const int size = (int)sizeof(pa_elem);
+        kv_loader.start_pair_once(
+            k_s + slot * KV, v_s + slot * KV,
+            [&](int r) { return pa_decode_locate(p, seq.cache_b, seq.first + n0 + r, bad); },
+            [&](PaCacheAt at) {
+                return static_cast<const pa_elem*>(pa_decode_cache_row(p.k, p.k_sb, p.k_sn, p.k_sh, size, at, h_kv));
+            },
+            [&](PaCacheAt at) {
+                return static_cast<const pa_elem*>(pa_decode_cache_row(p.v, p.v_sb, p.v_sn, p.v_sh, size, at, h_kv));
+            },
+            n_end - n0);
     };
 
     PaTileLoader<BM>().start_rows(q_s, q_row, rows - row0);

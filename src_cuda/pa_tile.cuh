@@ -393,24 +393,38 @@ struct PaTileLoader {
             }
         }
     }
-    // start_rows for rows read once with a costly row_of (decode's cache rows, a page-table lookup): where a thread
-    // copies many rows, lane r of each wave works out row r's address once, the copies take it from that lane, and
-    // they carry the read-once hints (pa_async_copy16_once).
-    template <class RowOf>
-    PA_DEVICE void start_rows_once(pa_elem* tile, const RowOf& row_of, int valid) const {
+    // start_rows for the rows of two tiles read once whose addresses share a costly part (decode's K and V cache
+    // rows: a page-table lookup): locate(r) works that part out for row r, and a_of and b_of turn what it returns
+    // into row r's pointers for tile_a and tile_b. Where a thread copies many rows, lane r of each wave locates row r
+    // once for both tiles, the copies take the addresses from that lane, and they carry the read-once hints
+    // (pa_async_copy16_once).
+    template <class Locate, class AOf, class BOf>
+    PA_DEVICE void start_pair_once(pa_elem* tile_a, pa_elem* tile_b, const Locate& locate, const AOf& a_of,
+                                   const BOf& b_of, int valid) const {
         if constexpr (!KEEP && ROWS <= PA_WARP_SIZE && TOTAL % PA_THREADS == 0) {
             const int mine = pa_lane_id() % ROWS;
-            const pa_elem* mine_src = mine < valid ? row_of(mine) : nullptr;
-#pragma unroll
-            for (int i = 0; i < COPIES; ++i) {
-                const int idx = (int)threadIdx.x + i * PA_THREADS;
-                const int r = idx / CHUNKS, c = idx % CHUNKS * PA_TILE_CHUNK;
-                const pa_elem* src = static_cast<const pa_elem*>(pa_shfl_ptr(mine_src, r, PA_WARP_SIZE));
-                pa_async_copy16_once<PA_HEAD_DIM*(int)sizeof(pa_elem)>(tile + pa_tile_offset<ROWS>(r, c), src + c,
-                                                                       r < valid);
+            const pa_elem *mine_a = nullptr, *mine_b = nullptr;
+            if (mine < valid) {
+                const auto at = locate(mine);
+                mine_a = a_of(at);
+                mine_b = b_of(at);
             }
+            start_lane_rows(tile_a, mine_a, valid);
+            start_lane_rows(tile_b, mine_b, valid);
         } else {
-            start_rows(tile, row_of, valid);
+            start_rows(tile_a, [&](int r) { return a_of(locate(r)); }, valid);
+            start_rows(tile_b, [&](int r) { return b_of(locate(r)); }, valid);
+        }
+    }
+    // Start copying the rows lane r of each wave points to with `mine` (start_pair_once), with the read-once hints.
+    PA_DEVICE void start_lane_rows(pa_elem* tile, const pa_elem* mine, int valid) const {
+#pragma unroll
+        for (int i = 0; i < COPIES; ++i) {
+            const int idx = (int)threadIdx.x + i * PA_THREADS;
+            const int r = idx / CHUNKS, c = idx % CHUNKS * PA_TILE_CHUNK;
+            const pa_elem* src = static_cast<const pa_elem*>(pa_shfl_ptr(mine, r, PA_WARP_SIZE));
+            pa_async_copy16_once<PA_HEAD_DIM*(int)sizeof(pa_elem)>(tile + pa_tile_offset<ROWS>(r, c), src + c,
+                                                                   r < valid);
         }
     }
     // Start copying rows of `src` (row stride `stride`); rows at or past `valid` become zeros.

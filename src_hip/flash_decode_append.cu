@@ -32,8 +32,9 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS) pa_flash_decode_append(
     if (seq.keys < 0) return;
     const int key = p.cache_seqlens[b] + t, cb = seq.cache_b, size = (int)sizeof(pa_elem);
     bool bad = false;
-    pa_elem* k = (pa_elem*)pa_decode_cache_row(p, p.k, p.k_sb, p.k_sn, p.k_sh, size, cb, h_kv, key, bad);
-    pa_elem* v = (pa_elem*)pa_decode_cache_row(p, p.v, p.v_sb, p.v_sn, p.v_sh, size, cb, h_kv, key, bad);
+    const PaCacheAt at = pa_decode_locate(p, cb, key, bad);
+    pa_elem* k = (pa_elem*)pa_decode_cache_row(p.k, p.k_sb, p.k_sn, p.k_sh, size, at, h_kv);
+    pa_elem* v = (pa_elem*)pa_decode_cache_row(p.v, p.v_sb, p.v_sn, p.v_sh, size, at, h_kv);
     if (bad) return;
     const pa_elem* kn = static_cast<const pa_elem*>(p.k_new) + b * p.kn_sb + (pa_i64)t * p.kn_sn + h_kv * p.kn_sh;
     const pa_elem* vn = static_cast<const pa_elem*>(p.v_new) + b * p.vn_sb + (pa_i64)t * p.vn_sn + h_kv * p.vn_sh;

@@ -46,6 +46,7 @@ struct PaDecodeParams {
     int seqlen_new;                 // keys appended per sequence (0: none)
     int capacity;                   // keys a sequence can hold: the cache length, or max_pages * page_size
     int page_size;                  // 0: contiguous cache
+    int page_shift;                 // log2(page_size) when that is a power of two, else -1
     int max_pages;                  // block_table row length
     int num_pages;                  // pages in the pool (P)
     int cache_batch;                // sequences in a contiguous cache (cache_batch_idx's bound)
@@ -58,21 +59,28 @@ struct PaDecodeParams {
     int combine_groups;  // slots of the combine kernel that share a row (a power of two)
 };
 
-// Row `key` of the cache tensor `base` (strides sb, sn, sh) of cache sequence b (PaDecodeSeq::cache_b: the batch
-// row itself with a page table, which cache_batch_idx does not go with) and key/value head h_kv; a page outside the
-// pool sets `bad` and reads page 0 instead.
-PA_DEVICE const void* pa_decode_cache_row(const PaDecodeParams& p, const void* base, pa_i64 sb, pa_i64 sn, pa_i64 sh,
-                                          int elem_bytes, int b, int h_kv, int key, bool& bad) {
-    pa_i64 where = (pa_i64)b * sb + (pa_i64)key * sn;
-    if (p.page_size > 0) {
-        int page = p.block_table[(pa_i64)b * p.max_pages + key / p.page_size];
-        if (page < 0 || page >= p.num_pages) {
-            bad = true;
-            page = 0;
-        }
-        where = (pa_i64)page * sb + (pa_i64)(key % p.page_size) * sn;
+// Where row `key` of cache sequence b (PaDecodeSeq::cache_b: the batch row itself with a page table, which
+// cache_batch_idx does not go with) lies: the sequence's or the page's index and the row in it. K and V share it.
+// A page outside the pool sets `bad` and gives page 0 instead.
+struct PaCacheAt {
+    int seq, row;
+};
+PA_DEVICE PaCacheAt pa_decode_locate(const PaDecodeParams& p, int b, int key, bool& bad) {
+    if (p.page_size == 0) return {b, key};
+    const bool pow2 = p.page_shift >= 0;  // spares the division
+    const int index = pow2 ? key >> p.page_shift : key / p.page_size;
+    const int row = pow2 ? key & (p.page_size - 1) : key - index * p.page_size;
+    int page = p.block_table[(pa_i64)b * p.max_pages + index];
+    if (page < 0 || page >= p.num_pages) {
+        bad = true;
+        page = 0;
     }
-    return static_cast<const char*>(base) + (where + h_kv * sh) * elem_bytes;
+    return {page, row};
+}
+// The row at `at` (pa_decode_locate) of the cache tensor `base` (strides sb, sn, sh), key/value head h_kv.
+PA_DEVICE const void* pa_decode_cache_row(const void* base, pa_i64 sb, pa_i64 sn, pa_i64 sh, int elem_bytes,
+                                          PaCacheAt at, int h_kv) {
+    return static_cast<const char*>(base) + ((pa_i64)at.seq * sb + (pa_i64)at.row * sn + h_kv * sh) * elem_bytes;
 }
 
 // Where sequence b's keys live: the cache sequence, its first row and the number of keys (cache and new); keys is

@@ -355,6 +355,11 @@ def _partials(device: torch.device, stream: int, elements: int) -> torch.Tensor:
     return buffer
 
 
+def _log2(n: int) -> int:
+    """log2(n) when n is a power of two, else -1."""
+    return n.bit_length() - 1 if n & (n - 1) == 0 else -1
+
+
 def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, k_new: torch.Tensor | None,
           v_new: torch.Tensor | None, block_table: torch.Tensor | None, masking: Masking, num_splits: int,
           max_keys: int | None, target: Target) -> Launches:
@@ -381,7 +386,8 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
     p = DecodeParams(
         batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q,
         seqlen_new=k_new.shape[1] if k_new is not None else 0, capacity=capacity,
-        page_size=k_cache.shape[1] if paged else 0, max_pages=block_table.shape[1] if paged else 0,
+        page_size=k_cache.shape[1] if paged else 0, page_shift=_log2(k_cache.shape[1]) if paged else -1,
+        max_pages=block_table.shape[1] if paged else 0,
         num_pages=k_cache.shape[0] if paged else 0, cache_batch=batch if paged else k_cache.shape[0],
         window_left=masking.left, window_right=masking.right, row_blocks=row_blocks, num_splits=n_splits,
         keys_per_split=keys_per_split, combine_groups=combine_groups(n_splits),
