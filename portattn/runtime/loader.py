@@ -93,7 +93,7 @@ class Launch:
             setattr(params, name, value)
         if self.tensor_maps:
             self._repoint_maps(params, fields)
-        self._send(params, stream_handle, self.overlap)
+        self.send(params, stream_handle)
 
     def send(self, params: ctypes.Structure, stream_handle: int) -> None:
         """Launch with ``params`` (a struct of this launch's type, its per-call fields set) on the stream."""
