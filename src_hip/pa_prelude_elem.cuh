@@ -43,8 +43,8 @@ PA_DEVICE void pa_async_copy4(void* dst_smem, const void* src, bool valid) {
                  "r"(valid ? 4 : 0));
 }
 // The same for data read once (decode's K and V rows, ROW_BYTES each): marked first to evict from the L2, and rows
-// of 256 bytes or more fetched into the L2 256 bytes at a time. One instruction either way, without a branch: a
-// decode tile's copies take about half of its instructions.
+// of 256 bytes or more fetched into the L2 256 bytes at a time. One instruction either way, without a branch (small
+// decode calls are bound by instruction issue).
 template <int ROW_BYTES>
 PA_DEVICE void pa_async_copy16_once(void* dst_smem, const void* src, bool valid) {
     unsigned long long policy;
