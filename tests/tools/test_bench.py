@@ -1,4 +1,5 @@
-"""The decode benchmark's timing: input copies against the L2 cache (no GPU needed), and one small cell (GPU)."""
+"""The decode benchmark's timing: input copies against the L2 cache and alternating rounds (no GPU needed), and one
+small cell (GPU)."""
 import types
 
 import pytest
@@ -17,6 +18,20 @@ def test_input_copies_exceed_three_l2_caches_within_bounds(monkeypatch):
     assert bench.input_copies(1 << 10) == bench.MAX_INPUT_COPIES
     props.L2_cache_size = 0  # unknown: taken as 64 MiB
     assert bench.input_copies(64 << 20) == 3
+
+
+def test_alternating_rounds_take_each_calls_best_round_after_a_warm_up(monkeypatch):
+    order, times = [], {"a": [9.0, 5.0, 7.0, 6.0], "b": [1.0, 4.0, 3.0, 8.0]}
+
+    def fake_time_ms(fn, reps, warmup):
+        name = fn()
+        order.append(name)
+        return times[name][sum(1 for n in order if n == name) - 1]
+
+    monkeypatch.setattr(bench, "time_ms", fake_time_ms)
+    best = bench.alternating_ms({"a": lambda: "a", "b": lambda: "b"}, reps=4, rounds=3)
+    assert order == ["a", "b"] * 4  # in turn, round by round
+    assert best == {"a": 5.0, "b": 3.0}  # the warm-up round (a: 9, b: 1) does not count
 
 
 @pytest.mark.gpu
