@@ -6,6 +6,7 @@ Forward TFLOP/s = 4·B·H·Nq·Nk·d / time, halved for causal; the backward cou
 """
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import warnings
@@ -61,17 +62,22 @@ def time_ms(fn: Callable[[], object], reps: int, warmup: int) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
-def alternating_ms(fns: dict[str, Callable[[], object]], reps: int, rounds: int = 5) -> dict[str, float]:
-    """Milliseconds of each of ``fns``: ``rounds`` rounds (after one that warms up) time ``reps`` runs of each in
-    turn (``time_ms``), and each takes its best round's median, so that all of them sample the same stretches of
-    the host's varying speed (calls short enough to wait on the host's launches time it as much as the GPU)."""
-    best = dict.fromkeys(fns, float("inf"))
+def best_rounds(timers: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """Each timer's lowest reading over ``rounds`` rounds that run the timers in turn, after one round that warms
+    up: all of them sample the same stretches of the host's varying speed."""
+    best = dict.fromkeys(timers, float("inf"))
     for round_ in range(rounds + 1):
-        for name, fn in fns.items():
-            ms = time_ms(fn, reps, 0)
+        for name, timer in timers.items():
+            reading = timer()
             if round_:
-                best[name] = min(best[name], ms)
+                best[name] = min(best[name], reading)
     return best
+
+
+def alternating_ms(fns: dict[str, Callable[[], object]], reps: int, rounds: int = 5) -> dict[str, float]:
+    """Milliseconds of each of ``fns``: the median of ``reps`` runs (``time_ms``), its best of ``rounds`` rounds
+    (``best_rounds``). Calls short enough to wait on the host's launches time the host as much as the GPU."""
+    return best_rounds({name: functools.partial(time_ms, fn, reps, 0) for name, fn in fns.items()}, rounds)
 
 
 def _sdpa_context(backend: str):
@@ -409,11 +415,5 @@ def host_overhead_us(calls: int = 1000, rounds: int = 7) -> dict[str, float]:
         timers = {"F.scaled_dot_product_attention": lambda: per_call(lambda: sdpa(q, kv, kv, is_causal=causal)),
                   "portattn.attention": lambda: per_call(lambda: attention(q, kv, kv, causal=causal)),
                   "patched F.scaled_dot_product_attention": patched}
-        best = dict.fromkeys(timers, float("inf"))
-        for round_ in range(rounds + 1):  # the first round warms up
-            for name, timer in timers.items():
-                us = timer()
-                if round_:
-                    best[name] = min(best[name], us)
-        result.update({f"{shape}: {name}": us for name, us in best.items()})
+        result.update({f"{shape}: {name}": us for name, us in best_rounds(timers, rounds).items()})
     return result
