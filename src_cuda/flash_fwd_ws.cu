@@ -167,7 +167,7 @@ PA_DEVICE void for_each_job(const PaFwdParams& p, F&& f) {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(const __grid_constant__ PaFwdParams p) {
+extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(const PA_GRID_CONSTANT PaFwdParams p) {
     extern __shared__ float4 pa_smem4[];
     constexpr int Q_ELEMS = PARTS * pa_tile_elems<BM>();
     pa_elem* q_s = pa_tile_base(pa_smem4);        // Q_STAGES buffers of BM rows (PARTS tiles each)

@@ -21,6 +21,12 @@
 #endif
 
 #define PA_DEVICE __device__ __forceinline__
+// A kernel's parameter struct that holds tensor maps: the copy unit reads them where the launch put them.
+#if defined(PA_VENDOR_CUDA)
+#define PA_GRID_CONSTANT __grid_constant__
+#else
+#define PA_GRID_CONSTANT
+#endif
 
 typedef long long pa_i64;
 // A bulk-copy tensor map (the driver's 128-byte CUtensorMap), encoded on the host; parameter structs carry it on

@@ -15,9 +15,11 @@
 // With the warpgroup MMA (PA_MMA_WGMMA, sm_90a) each warpgroup owns 64 keys; the products read Q, dO, K, V and the
 // dS tile from shared memory in the unit's swizzled layout and run asynchronously, and dQ = dS K is split between
 // the warpgroups by 64-row blocks of the query tile and, within those, by head-dim columns. Its float32 result goes
-// to a tile in shared memory, which one more warpgroup (the dQ writers, WRITERS threads past PA_THREADS) adds to
-// dq_accum while the others go on with the next query tile; two transaction barriers hand the tile back and forth.
-// The writers give their registers to the computing warpgroups (setmaxnreg).
+// to a tile in shared memory, which one more warpgroup (WRITERS threads past PA_THREADS) adds to dq_accum while the
+// others go on with the next query tile; two transaction barriers hand the tile back and forth. That warpgroup's
+// first warp copies the query tiles of Q and dO with bulk tensor copies (pa_prelude_tma.cuh), PA_STAGES ahead,
+// each buffer completing on its transaction barrier and refilled once every computing warp has released it; the
+// other three add dQ. The warpgroup gives its registers to the computing warpgroups (setmaxnreg).
 //
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS (the computing threads),
 // PA_BLOCK_THREADS (all of the block's), PA_SPLIT, PA_STAGES, PA_MIN_BLOCKS, PA_SMEM_BYTES, PA_BF16, PA_F32,
@@ -52,17 +54,20 @@ static_assert(D % PA_SPLIT == 0 && DC % (PA_MMA_N * PA_MMA_B_TILES) == 0 && D % 
 #if PA_MMA_WGMMA
 static_assert(PA_SPLIT == 1 && BM % 64 == 0 && WAVES % 4 == 0 && WAVES / 4 % (BM / 64) == 0,
               "warpgroup MMA: query tiles of whole 64-row blocks, each taken by whole warpgroups; no column split");
-constexpr int DS_ELEMS = BM * BN;  // the dS tile [query][key], swizzled like the other tiles
-constexpr int LDQ = D + 4;         // padded row of the float32 dQ tile
-constexpr int WRITERS = 128;       // the dQ writers' threads (one warpgroup)
+constexpr int DS_ELEMS = BM * BN;                   // the dS tile [query][key], swizzled like the other tiles
+constexpr int LDQ = D + 4;                          // padded row of the float32 dQ tile
+constexpr int WRITERS = 128;                        // the copying and dQ-adding warpgroup's threads
+constexpr int DQ_WRITERS = WRITERS - PA_WARP_SIZE;  // its threads that add dQ (all but the copying warp)
+static_assert(DQ_WRITERS % (D / 4) == 0, "the dQ writers take whole rows of 16-byte column groups");
 constexpr int BLOCK_THREADS = PA_THREADS + WRITERS;
 // Registers per thread after the reallocation (setmaxnreg), out of what the block holds at launch.
 constexpr int WRITER_REGS = 24;
 constexpr int MMA_REGS = 240;
 static_assert(PA_THREADS * MMA_REGS + WRITERS * WRITER_REGS <= pa_launch_regs(BLOCK_THREADS) * BLOCK_THREADS,
               "the warpgroups ask for more registers than the block holds: setmaxnreg would wait forever");
-// The dQ tile, then its full and empty transaction barriers.
-constexpr int DQ_BYTES = 4 * BM * LDQ + 16;
+// The dQ tile, then its full and empty transaction barriers, then the full and empty barriers of each buffer of the
+// query tiles.
+constexpr int DQ_BYTES = 4 * BM * LDQ + 16 + 16 * STAGES;
 constexpr int ALIGN_SLACK = 1024 - 16;
 // Element offset of (query, key) in the dS tile.
 PA_DEVICE int ds_offset(int query, int key) { return pa_tile_offset<BM>(query, key & ~7) + (key & 7); }
@@ -144,11 +149,11 @@ PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, unsi
 
 // The dQ writers: for each of the block's `tiles` query tiles, wait for its dQ tile dq_s, add its first `valid` rows
 // to the float32 rows at dst (tile_rows(t, dst, valid)) with 16-byte atomics, and hand the tile back. Writer i adds
-// columns 4 (i % (D / 4)) .. of rows i / (D / 4), i / (D / 4) + WRITERS / (D / 4), ...
+// columns 4 (i % (D / 4)) .. of rows i / (D / 4), i / (D / 4) + DQ_WRITERS / (D / 4), ...
 template <class TileRows>
 PA_DEVICE void write_dq(const float* dq_s, unsigned long long* full, unsigned long long* empty, int tiles,
                         const TileRows& tile_rows) {
-    const int id = threadIdx.x - PA_THREADS, c = id % (D / 4) * 4;
+    const int id = threadIdx.x - PA_THREADS - PA_WARP_SIZE, c = id % (D / 4) * 4;
 #pragma unroll 1
     for (int t = 0; t < tiles; ++t) {
         float* dst;
@@ -157,9 +162,33 @@ PA_DEVICE void write_dq(const float* dq_s, unsigned long long* full, unsigned lo
         dst += c;
         pa_mbar_wait(full, t & 1);
 #pragma unroll 1
-        for (int r = id / (D / 4); r < min(BM, valid); r += WRITERS / (D / 4))
+        for (int r = id / (D / 4); r < min(BM, valid); r += DQ_WRITERS / (D / 4))
             pa_atomic_add4(dst + r * D, pa_load4(dq_s + r * LDQ + c));
         pa_mbar_arrive(empty);
+    }
+}
+
+// The copying warp's first thread: for each of the block's `tiles` query tiles, wait until every computing warp has
+// released the tile's buffer (tile t - STAGES was in it), then copy the tile's Q and dO rows into it with bulk tensor
+// copies completing on its `full` barrier. tile_at(t, row, head) gives the tile's first row and its head; `batch` is
+// the maps' batch index.
+template <class TileAt>
+PA_DEVICE void copy_query_tiles(const PaBwdParams& p, pa_elem* q_s, pa_elem* do_s, unsigned long long* full,
+                                unsigned long long* empty, int tiles, int batch, const TileAt& tile_at) {
+    constexpr int W = PA_TILE_ROW_ELEMS;
+    static_assert(D % W == 0, "bulk copies of whole 128-byte column blocks");
+#pragma unroll 1
+    for (int t = 0; t < tiles; ++t) {
+        const int buf = t % STAGES;
+        int row, head;
+        tile_at(t, row, head);
+        if (t >= STAGES) pa_mbar_wait(empty + buf, (t / STAGES - 1) & 1);
+        pa_mbar_expect_bytes(full + buf, 2 * QT * (int)sizeof(pa_elem));
+#pragma unroll
+        for (int c = 0; c < D / W; ++c) {
+            pa_tma_load4(q_s + buf * QT + c * BM * W, &p.map_q, c * W, row, head, batch, full + buf);
+            pa_tma_load4(do_s + buf * QT + c * BM * W, &p.map_do, c * W, row, head, batch, full + buf);
+        }
     }
 }
 
@@ -210,7 +239,8 @@ PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq, int m0
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS) pa_flash_bwd_dkdv_mma(const PaBwdParams p) {
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
+    pa_flash_bwd_dkdv_mma(const PA_GRID_CONSTANT PaBwdParams p) {
     extern __shared__ float4 pa_smem4[];
     pa_elem* k_s = pa_tile_base(pa_smem4);
     pa_elem* v_s = k_s + pa_tile_elems<BN>();
@@ -224,9 +254,16 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS) pa_fl
     // The dQ tile's barriers: written (every computing thread arrives), added (every writer arrives).
     unsigned long long* dq_full = reinterpret_cast<unsigned long long*>(dq_s + BM * LDQ);
     unsigned long long* dq_empty = dq_full + 1;
+    // Each buffer's query tiles: landed (the copies' bytes), released (every computing warp arrives).
+    unsigned long long* q_full = dq_empty + 1;
+    unsigned long long* q_empty = q_full + STAGES;
     if (threadIdx.x == 0) {
         pa_mbar_init(dq_full, PA_THREADS);
-        pa_mbar_init(dq_empty, WRITERS);
+        pa_mbar_init(dq_empty, DQ_WRITERS);
+        for (int i = 0; i < STAGES; ++i) {
+            pa_mbar_init(q_full + i, 1);
+            pa_mbar_init(q_empty + i, WAVES);
+        }
         pa_mbar_init_fence();
     }
     __syncthreads();
@@ -250,9 +287,15 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS) pa_fl
     const int per_group = m_first < m_end ? (m_end - m_first + BM - 1) / BM : 0;
     const int tiles = per_group * group;
 #if PA_MMA_WGMMA
-    if (threadIdx.x >= PA_THREADS) {  // the dQ writers
+    if (threadIdx.x >= PA_THREADS) {  // the copying warp and the dQ writers
         pa_regs_dec<WRITER_REGS>();
-        if (p.dq_atomic)
+        if (threadIdx.x == PA_THREADS)
+            copy_query_tiles(p, q_s, do_s, q_full, q_empty, tiles, p.cu_seqlens_q != nullptr ? 0 : b,
+                             [&](int t, int& row, int& head) {
+                                 head = h_kv * group + t / per_group;
+                                 row = (int)seq.q_start + m_first + t % per_group * BM;
+                             });
+        else if (threadIdx.x >= PA_THREADS + PA_WARP_SIZE && p.dq_atomic)
             write_dq(dq_s, dq_full, dq_empty, tiles, [&](int t, float*& dst, int& valid) {
                 const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM;
                 dst = p.dq_accum + (pa_bwd_row0(p, seq, b, h) + m0) * D;
@@ -268,20 +311,30 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS) pa_fl
                     p.k_sn, seq.seqlen_k - n0);
     kv_loader.start(v_s, static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh + (seq.k_start + n0) * p.v_sn,
                     p.v_sn, seq.seqlen_k - n0);
-    const PaTileLoader<BM> q_loader;
+    // Starts copying query tile t into buffer t % STAGES: its LSE and delta rows, and (without the copying warp) its
+    // Q and dO rows.
     auto start_tile = [&](int t) {
         const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM, buf = t % STAGES;
+#if !PA_MMA_WGMMA
+        const PaTileLoader<BM> q_loader;
         q_loader.start(q_s + buf * QT,
                        static_cast<const pa_elem*>(p.q) + b * p.q_sb + h * p.q_sh + (seq.q_start + m0) * p.q_sn, p.q_sn,
                        seq.seqlen_q - m0);
         q_loader.start(do_s + buf * QT,
                        static_cast<const pa_elem*>(p.dout) + b * p.do_sb + h * p.do_sh + (seq.q_start + m0) * p.do_sn,
                        p.do_sn, seq.seqlen_q - m0);
+#endif
         const pa_i64 row = pa_bwd_row0(p, seq, b, h) + m0;
         for (int i = threadIdx.x; i < BM; i += PA_THREADS) {
-            const bool ok = m0 + i < seq.seqlen_q;  // rows past the end get 0: their Q and dO rows are zeros
-            pa_async_copy4(lse_s + buf * BM + i, ok ? p.lse_log2 + row + i : p.lse_log2, ok);
-            pa_async_copy4(delta_s + buf * BM + i, ok ? p.delta + row + i : p.delta, ok);
+            // Rows past the end add nothing: an infinite LSE gives them P = 0 (and dS = 0), whatever their Q and dO
+            // rows hold (zeros, or with bulk copies of packed sequences the next sequence's rows).
+            if (m0 + i < seq.seqlen_q) {
+                pa_async_copy4(lse_s + buf * BM + i, p.lse_log2 + row + i, true);
+                pa_async_copy4(delta_s + buf * BM + i, p.delta + row + i, true);
+            } else {
+                lse_s[buf * BM + i] = __int_as_float(0x7f800000);
+                delta_s[buf * BM + i] = 0.f;
+            }
         }
     };
     if (tiles > 0) start_tile(0);
@@ -299,10 +352,13 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS) pa_fl
         const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM, buf = t % STAGES;
         pa_async_wait<0>();
         sync_computing();  // tile t has landed; every wave is done with tile t - 1 (its buffers and the dS tile)
-        if (STAGES == 2 && t + 1 < tiles) {
+        if (STAGES >= 2 && t + 1 < tiles) {
             start_tile(t + 1);
             pa_async_commit();
         }
+#if PA_MMA_WGMMA
+        pa_mbar_wait(q_full + buf, (t / STAGES) & 1);
+#endif
         const pa_elem* q_t = q_s + buf * QT;
         const pa_elem* do_t = do_s + buf * QT;
 
@@ -345,6 +401,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS) pa_fl
 #if PA_TILE_ASYNC
         pa_tile_wait_all(dk);
         pa_tile_wait_all(dv);
+#endif
+#if PA_MMA_WGMMA
+        if (pa_lane_id() == 0) pa_mbar_arrive(q_empty + buf);  // this warp is done with the buffer's Q and dO
 #endif
         if (STAGES == 1 && t + 1 < tiles) {
             sync_computing();  // every wave is done with the one buffer

@@ -12,6 +12,7 @@
 #include "pa_mask.cuh"
 
 struct PaBwdParams {
+    PaTensorMap map_q, map_do;  // q and dout for bulk copies (the Hopper warpgroup-MMA dK/dV kernel; else unused)
     const void* q;              // [B, Hq, Nq, D], element strides below, unit stride along D (all tensors)
     const void* k;              // [B, Hk, Nk, D]
     const void* v;              // [B, Hk, Nk, D]

@@ -35,6 +35,7 @@ from .variant import (
     launch_target,
     rows,
     selects,
+    set_tensor_maps,
 )
 
 T = TileConfig
@@ -211,9 +212,10 @@ class BwdSpec(KernelSpec):
     def smem_bytes(self) -> int:
         """mma dkdv: K and V tiles, ``stages`` buffers of Q and dO tiles (rows padded by 16 bytes), the dS tile
         [block_m][block_n + 16 bytes] and ``stages`` buffers of the LSE and delta rows (warpgroup MMA: unpadded
-        swizzled rows, a float32 dQ tile [block_m][head_dim + 4] with its two transaction barriers, and slack to
-        align the tiles to 1024 bytes); mma dq: Q, dO, K and V tiles and the rows; simt: the four float32 tiles
-        (rows padded by 4 floats), the P and dS tiles (rows padded by one float) and the rows. prep: none."""
+        swizzled rows, a float32 dQ tile [block_m][head_dim + 4] with its two transaction barriers, two per buffer
+        of the query tiles, and slack to align the tiles to 1024 bytes); mma dq: Q, dO, K and V tiles and the rows;
+        simt: the four float32 tiles (rows padded by 4 floats), the P and dS tiles (rows padded by one float) and the
+        rows. prep: none."""
         t = self.tile
         if self.stage == "prep":
             return 0
@@ -224,7 +226,7 @@ class BwdSpec(KernelSpec):
         size = 4 if self.dtype == "float32" else 2
         if t.warpgroup_mma:
             tiles = (2 * t.block_n + 2 * t.stages * t.block_m) * self.head_dim + t.block_m * t.block_n
-            dq_tile = 4 * t.block_m * (self.head_dim + 4) + 16
+            dq_tile = 4 * t.block_m * (self.head_dim + 4) + 16 + 16 * t.stages
             return size * tiles + 8 * t.stages * t.block_m + dq_tile + 1024 - 16
         row = self.head_dim + 16 // size
         if self.stage == "dkdv":
@@ -334,6 +336,9 @@ def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
         num_m_blocks=num_m_blocks, num_n_blocks=num_n_blocks, dq_atomic=int(not deterministic),
     )
     set_mask_fields(p, masking)
+    if plan.dkdv.tile.warpgroup_mma:  # its copying warp reads the query tiles of Q and dO through bulk-copy maps
+        set_tensor_maps(p, target, plan.dkdv.dtype, {"map_q": (q, plan.dkdv.tile.block_m),
+                                                     "map_do": (dout, plan.dkdv.tile.block_m)})
     for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("do", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
         sb, sh, sn = _strides(t)
         setattr(p, f"{name}_sb", sb)

@@ -12,13 +12,11 @@ any table is not supported, and the error says so.
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 
 import torch
 
 from ..runtime import loader
-from ..runtime.backend import backend_for
 from ..runtime.params import struct_from_header
 from ..runtime.target import Target
 from .masking import CAUSAL, NONE, PLAIN, Masking, call_fields, set_mask_fields
@@ -37,6 +35,7 @@ from .variant import (
     resident_blocks,
     rows,
     selects,
+    set_tensor_maps,
 )
 
 T = TileConfig
@@ -329,19 +328,6 @@ def start(launch: loader.Launch, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
            **fields)
 
 
-def _tensor_maps(spec: FwdSpec, p: FwdParams, tensors: dict[str, torch.Tensor], target: Target) -> None:
-    """Encode q, k and v as the warp-specialized kernel's bulk-copy maps into ``p``: dims (head_dim, rows, heads,
-    batch), boxes of 128 bytes' worth of columns by the tile's rows."""
-    driver = backend_for(target.vendor).driver
-    for name, box_rows in (("q", spec.tile.block_m), ("k", spec.tile.block_n), ("v", spec.tile.block_n)):
-        t = tensors[name]
-        size = t.element_size()
-        strides = tuple(16 if t.shape[i] == 1 else t.stride(i) * size for i in (2, 1, 0))
-        code = driver.encode_tensor_map(spec.dtype, t.data_ptr(), tuple(t.shape[::-1]), strides,
-                                        (128 // size, box_rows, 1, 1))
-        ctypes.memmove(ctypes.addressof(p) + getattr(FwdParams, f"map_{name}").offset, code, len(code))
-
-
 def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
           masking: Masking, target: Target, tweak) -> loader.Launch:
     batch, seqlen_q, seqlen_k = masking.lengths(q, k)
@@ -368,7 +354,9 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
     maps: tuple[tuple[str, str], ...] = ()
     grid = items
     if spec.kernel == "ws":
-        _tensor_maps(spec, p, {"q": q, "k": k, "v": v}, target)
+        rows_k = spec.tile.block_n
+        set_tensor_maps(p, target, spec.dtype, {"map_q": (q, spec.tile.block_m), "map_k": (k, rows_k),
+                                                "map_v": (v, rows_k)})
         maps = (("map_q", "q"), ("map_k", "k"), ("map_v", "v"))
         # Persistent: as many blocks as the GPU holds at once, each taking units of work in turn (the kernel counts
         # them, pa_num_units): under a right window bound (causal) a unit pairs the k-th heaviest query block of a

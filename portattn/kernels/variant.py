@@ -5,6 +5,7 @@ A family module (``forward.py``, ...) holds its tile tables (data keyed by arch 
 """
 from __future__ import annotations
 
+import ctypes
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable, ClassVar
@@ -13,6 +14,7 @@ import torch
 
 from ..errors import UnsupportedTargetError
 from ..runtime import environ
+from ..runtime.backend import backend_for
 from ..runtime.compiler import compile_kernel
 from ..runtime.resources import blocks_per_multiprocessor
 from ..runtime.target import Target, target_for
@@ -218,3 +220,17 @@ def selects(select: Callable[[Target, str, int], object], target: Target, dtype:
     except (NotImplementedError, UnsupportedTargetError, ValueError):
         return False
     return True
+
+
+def set_tensor_maps(params: ctypes.Structure, target: Target, dtype: str,
+                    maps: dict[str, tuple[torch.Tensor, int]]) -> None:
+    """Encode each [batch, heads, rows, head_dim] tensor of ``maps`` (field name: tensor, box rows) into its bulk-copy
+    map field of ``params``: dims (head_dim, rows, heads, batch), boxes of 128 bytes' worth of columns by the rows
+    given. Only the tensor's layout and address are read."""
+    driver = backend_for(target.vendor).driver
+    for field, (t, box_rows) in maps.items():
+        size = t.element_size()
+        strides = tuple(16 if t.shape[i] == 1 else t.stride(i) * size for i in (2, 1, 0))
+        code = driver.encode_tensor_map(dtype, t.data_ptr(), tuple(t.shape[::-1]), strides,
+                                        (128 // size, box_rows, 1, 1))
+        ctypes.memmove(ctypes.addressof(params) + getattr(type(params), field).offset, code, len(code))
