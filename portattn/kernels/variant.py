@@ -232,5 +232,5 @@ def set_tensor_maps(params: ctypes.Structure, target: Target, dtype: str,
         size = t.element_size()
         strides = tuple(16 if t.shape[i] == 1 else t.stride(i) * size for i in (2, 1, 0))
         code = driver.encode_tensor_map(dtype, t.data_ptr(), tuple(t.shape[::-1]), strides,
-                                        (128 // size, box_rows, 1, 1))
+                                        (128 // size, box_rows, 1, 1), t.device.index)
         ctypes.memmove(ctypes.addressof(params) + getattr(type(params), field).offset, code, len(code))

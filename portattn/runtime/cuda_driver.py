@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..errors import DriverError
 
@@ -137,24 +138,26 @@ def aligned_struct(struct_type: type[ctypes.Structure]) -> ctypes.Structure:
 
 
 def encode_tensor_map(dtype: str, address: int, dims: tuple[int, ...], strides_bytes: tuple[int, ...],
-                      box: tuple[int, ...]) -> bytes:
-    """A tiled tensor map (CUtensorMap's 128 bytes) of a ``dtype`` tensor at ``address``: ``dims`` from the
-    innermost (unit stride) out, ``strides_bytes`` of the outer dims, copies of ``box`` elements per dim into
-    128-byte swizzled shared memory; reads past the dims give zeros."""
+                      box: tuple[int, ...], device_index: int) -> bytes:
+    """A tiled tensor map (CUtensorMap's 128 bytes) of a ``dtype`` tensor at ``address`` on device
+    ``device_index``: ``dims`` from the innermost (unit stride) out, ``strides_bytes`` of the outer dims, copies of
+    ``box`` elements per dim into 128-byte swizzled shared memory; reads past the dims give zeros."""
     rank = len(dims)
     scratch = (ctypes.c_uint8 * (_MAP_BYTES + _MAP_ALIGN))()
     at = ctypes.addressof(scratch) + (-ctypes.addressof(scratch) % _MAP_ALIGN)
-    code = _map_entry_points().cuTensorMapEncodeTiled(
+    code = _in_context(int(_primary_context(device_index)), lambda: _map_entry_points().cuTensorMapEncodeTiled(
         at, _MAP_DTYPES[dtype], rank, address, (_U64 * rank)(*dims), (_U64 * (rank - 1))(*strides_bytes),
         (_U32 * rank)(*box), (_U32 * rank)(*([1] * rank)), _NO_INTERLEAVE, _SWIZZLE_128B, _L2_PROMOTION_256B,
-        _OOB_ZEROS)
+        _OOB_ZEROS))
     _check_code(code, f"cuTensorMapEncodeTiled(dims={dims}, strides={strides_bytes}, box={box})")
     return ctypes.string_at(at, _MAP_BYTES)
 
 
-def set_tensor_map_address(map_address: int, address: int) -> None:
-    """Point the tensor map at ``map_address`` (aligned, see aligned_struct) to a tensor at ``address``."""
-    _check_code(_map_entry_points().cuTensorMapReplaceAddress(map_address, address), "cuTensorMapReplaceAddress")
+def set_tensor_map_address(map_address: int, address: int, fn: Function) -> None:
+    """Point the tensor map at ``map_address`` (aligned, see aligned_struct) of a launch of ``fn`` to a tensor at
+    ``address``."""
+    code = _in_context(fn.context, lambda: _map_entry_points().cuTensorMapReplaceAddress(map_address, address))
+    _check_code(code, "cuTensorMapReplaceAddress")
 
 
 def _overlap_config(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
@@ -168,6 +171,22 @@ def _overlap_config(fn: Function, grid: tuple[int, int, int], block: tuple[int, 
             fn.overlap_configs.clear()
         config = fn.overlap_configs[key] = _LaunchConfig(grid, block, smem_bytes, stream_handle, _OVERLAP_PTR, 1)
     return config
+
+
+def _in_context(context: int, call: Callable[[], int]) -> int:
+    """The code of ``call()``, a driver call through ctypes, made with ``context`` current: pushed for the call when
+    the calling thread has another one or none (autograd runs the backward on a thread of its own)."""
+    lib = _launch_lib or _launch_entry_points()
+    current = ctypes.c_void_p()
+    _check_code(lib.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
+    pushed = current.value != context
+    if pushed:
+        _check_code(lib.cuCtxPushCurrent_v2(context), "cuCtxPushCurrent")
+    try:
+        return call()
+    finally:
+        if pushed:
+            _check_code(lib.cuCtxPopCurrent_v2(ctypes.byref(current)), "cuCtxPopCurrent")
 
 
 def _check_code(code: int, call: str) -> None:
@@ -209,20 +228,11 @@ def launch(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int]
             _check(drv.cuFuncSetAttribute(fn.handle, attr, smem_bytes), "cuFuncSetAttribute")
         fn.smem_limit = smem_bytes
     lib = _launch_lib or _launch_entry_points()
-    current = ctypes.c_void_p()
-    _check_code(lib.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
-    pushed = current.value != fn.context
-    if pushed:
-        _check_code(lib.cuCtxPushCurrent_v2(fn.context), "cuCtxPushCurrent")
     args = _ONE_ARG(ctypes.addressof(params))
-    try:
-        if overlap:
-            code = lib.cuLaunchKernelEx(_overlap_config(fn, grid, block, smem_bytes, stream_handle), fn.address,
-                                        ctypes.addressof(args), None)
-        else:
-            code = lib.cuLaunchKernel(fn.address, *grid, *block, smem_bytes, stream_handle, ctypes.addressof(args),
-                                      None)
-    finally:
-        if pushed:
-            _check_code(lib.cuCtxPopCurrent_v2(ctypes.byref(current)), "cuCtxPopCurrent")
+    if overlap:
+        config = _overlap_config(fn, grid, block, smem_bytes, stream_handle)
+        code = _in_context(fn.context, lambda: lib.cuLaunchKernelEx(config, fn.address, ctypes.addressof(args), None))
+    else:
+        code = _in_context(fn.context, lambda: lib.cuLaunchKernel(fn.address, *grid, *block, smem_bytes, stream_handle,
+                                                                  ctypes.addressof(args), None))
     _check_code(code, f"{'cuLaunchKernelEx' if overlap else 'cuLaunchKernel'}({fn.name})")

@@ -123,5 +123,5 @@ class Launch:
             address = fields[pointer]
             if addresses[i] != address:
                 backend_for(self.target.vendor).driver.set_tensor_map_address(
-                    ctypes.addressof(params) + self._map_offsets[i], address)
+                    ctypes.addressof(params) + self._map_offsets[i], address, self.fn)
                 addresses[i] = address

@@ -1,8 +1,10 @@
 """The launch-state caches of the kernel families stay bounded; launches with tensor maps keep their struct."""
 import ctypes
 import threading
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from portattn.runtime import loader
 from portattn.runtime.target import Target
@@ -50,7 +52,7 @@ def test_launches_with_tensor_maps_repoint_only_what_changed(monkeypatch):
     from portattn.runtime import cuda_driver
 
     repointed, launched = [], []
-    monkeypatch.setattr(cuda_driver, "set_tensor_map_address", lambda at, address: repointed.append((at, address)))
+    monkeypatch.setattr(cuda_driver, "set_tensor_map_address", lambda at, address, fn: repointed.append((at, address)))
     monkeypatch.setattr(cuda_driver, "launch", lambda *args: launched.append(args[4]))  # args[4]: the struct
     maps = (("map_q", "q"), ("map_k", "k"), ("map_v", "v"))
     launch = loader.Launch(Target.for_arch("sm_90"), None, 1, 384, 0, FwdParams(batch=2, scale=0.5), tensor_maps=maps)
@@ -82,3 +84,40 @@ def test_tensor_maps_must_lead_the_struct():
 
     with pytest.raises(ValueError, match="must be its first fields"):
         loader.Launch(Target.for_arch("sm_90"), None, 1, 128, 0, Late(), tensor_maps=(("m", "a"),))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.version.hip is not None, reason="tensor maps are NVIDIA's")
+def test_tensor_maps_are_made_on_a_thread_without_a_current_context():
+    """Autograd runs the backward on a thread of its own, which may have no current CUDA context: encoding a copy
+    map and re-pointing it (driver calls that need one) make the device's context current for the call."""
+    from cuda.bindings import driver
+
+    from portattn.kernels.backward import BwdParams
+    from portattn.kernels.variant import launch_target, set_tensor_maps
+    from portattn.runtime import cuda_driver
+
+    q, other = (torch.randn(2, 3, 100, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    target = launch_target(q.device)
+    results = []
+
+    def body() -> None:
+        err, ctx = driver.cuCtxGetCurrent()
+        while err == driver.CUresult.CUDA_SUCCESS and int(ctx):  # leave this thread without a current context
+            driver.cuCtxPopCurrent()
+            err, ctx = driver.cuCtxGetCurrent()
+        try:
+            p = cuda_driver.aligned_struct(BwdParams)
+            set_tensor_maps(p, target, "bfloat16", {"map_q": (q, 64)})
+            encoded = bytes(p.map_q)
+            fn = SimpleNamespace(context=int(cuda_driver._primary_context(q.device.index)))
+            cuda_driver.set_tensor_map_address(ctypes.addressof(p) + BwdParams.map_q.offset, other.data_ptr(), fn)
+            after = driver.cuCtxGetCurrent()[1]
+            results.append((encoded != bytes(128), bytes(p.map_q) != encoded, int(after)))
+        except Exception as exc:  # reported by the test's own thread
+            results.append(exc)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert results == [(True, True, 0)]  # a map made, then moved; the thread is left as it was
