@@ -326,15 +326,18 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
 #endif
         const pa_i64 row = pa_bwd_row0(p, seq, b, h) + m0;
         for (int i = threadIdx.x; i < BM; i += PA_THREADS) {
-            // Rows past the end add nothing: an infinite LSE gives them P = 0 (and dS = 0), whatever their Q and dO
-            // rows hold (zeros, or with bulk copies of packed sequences the next sequence's rows).
-            if (m0 + i < seq.seqlen_q) {
-                pa_async_copy4(lse_s + buf * BM + i, p.lse_log2 + row + i, true);
-                pa_async_copy4(delta_s + buf * BM + i, p.delta + row + i, true);
-            } else {
+#if PA_MMA_WGMMA
+            // Rows past the end add nothing: the bulk copies bring zeros there, or the next packed sequence's rows,
+            // and an infinite LSE gives them P = 0 (and dS = 0).
+            if (m0 + i >= seq.seqlen_q) {
                 lse_s[buf * BM + i] = __int_as_float(0x7f800000);
                 delta_s[buf * BM + i] = 0.f;
+                continue;
             }
+#endif
+            const bool ok = m0 + i < seq.seqlen_q;  // rows past the end get 0: their Q and dO rows are zeros
+            pa_async_copy4(lse_s + buf * BM + i, ok ? p.lse_log2 + row + i : p.lse_log2, ok);
+            pa_async_copy4(delta_s + buf * BM + i, ok ? p.delta + row + i : p.delta, ok);
         }
     };
     if (tiles > 0) start_tile(0);
@@ -352,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
         const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM, buf = t % STAGES;
         pa_async_wait<0>();
         sync_computing();  // tile t has landed; every wave is done with tile t - 1 (its buffers and the dS tile)
-        if (STAGES >= 2 && t + 1 < tiles) {
+        if (STAGES == 2 && t + 1 < tiles) {
             start_tile(t + 1);
             pa_async_commit();
         }
