@@ -314,14 +314,21 @@ PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], 
 }
 #endif  // PA_MMA_WGMMA
 
-// Store row rr of this lane's fragments c as floats (columns of fragment j start at j * PA_MMA_N), times `scale`.
+// Store row rr of this lane's fragments c as floats (columns of fragment j start at j * PA_MMA_N), times `scale`;
+// `row` is aligned to two floats.
 template <int ON>
 PA_DEVICE void pa_tile_store_row_f32(float* row, const pa_mma_c (&c)[ON], int rr, float scale) {
+    const int i = rr * PA_MMA_C_COLS;
 #pragma unroll
-    for (int j = 0; j < ON; ++j)
+    for (int j = 0; j < ON; ++j) {
+        if constexpr (PA_MMA_C_COLS == 2) {  // two adjacent columns: one 8-byte store (row aligned to two floats)
+            *reinterpret_cast<float2*>(row + j * PA_MMA_N + pa_mma_c_col(0)) =
+                make_float2(c[j][i] * scale, c[j][i + 1] * scale);
+        } else {
 #pragma unroll
-        for (int e = 0; e < PA_MMA_C_COLS; ++e)
-            row[j * PA_MMA_N + pa_mma_c_col(e)] = c[j][rr * PA_MMA_C_COLS + e] * scale;
+            for (int e = 0; e < PA_MMA_C_COLS; ++e) row[j * PA_MMA_N + pa_mma_c_col(e)] = c[j][i + e] * scale;
+        }
+    }
 }
 
 // Store row rr of this lane's output fragments c (columns of fragment j start at j * PA_MMA_N), times `scale`.

@@ -54,8 +54,10 @@ static_assert(D % PA_SPLIT == 0 && DC % (PA_MMA_N * PA_MMA_B_TILES) == 0 && D % 
 #if PA_MMA_WGMMA
 static_assert(PA_SPLIT == 1 && BM % 64 == 0 && WAVES % 4 == 0 && WAVES / 4 % (BM / 64) == 0,
               "warpgroup MMA: query tiles of whole 64-row blocks, each taken by whole warpgroups; no column split");
-constexpr int DS_ELEMS = BM * BN;                   // the dS tile [query][key], swizzled like the other tiles
-constexpr int LDQ = D + 4;                          // padded row of the float32 dQ tile
+constexpr int DS_ELEMS = BM * BN;  // the dS tile [query][key], swizzled like the other tiles
+// Padded row of the float32 dQ tile: a row step of 8 banks, so that the 8-byte stores of four rows by a half-warp
+// fill the 32 banks once.
+constexpr int LDQ = D + 8;
 constexpr int WRITERS = 128;                        // the copying and dQ-adding warpgroup's threads
 constexpr int DQ_WRITERS = WRITERS - PA_WARP_SIZE;  // its threads that add dQ (all but the copying warp)
 static_assert(DQ_WRITERS % (D / 4) == 0, "the dQ writers take whole rows of 16-byte column groups");
