@@ -12,6 +12,10 @@
 // together and the softmax of tile t overlaps P·V. Two computing warpgroups take turns issuing their products (two
 // named barriers), so that one's softmax runs while the other's products have the unit. Masks: none or causal (the
 // plain build, pa_mask.cuh); the maps read past the sequence as zeros, and the softmax masks those keys.
+// With PA_STORE_O_BULK (16-bit, two Q buffers) a computing warpgroup writes its normalized output rows into its rows
+// of the job's Q buffer (matrix stores) and one of its threads stores them with bulk tensor copies, which clip the
+// rows past the end; that thread releases the buffer once the copies have read it, after the next job's first
+// Q·K^T, so the stores run behind the next job's first products.
 //
 // float32: the unit reads split tiles (pa_tile.cuh). The copying warpgroups' other warps make them: each K tile is
 // split in place into its TF32 part and a second tile of the rest, and each V tile, copied into one of two landing
@@ -21,15 +25,16 @@
 //
 // Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80 or 128; float32: 32 or 64), PA_THREADS,
 // PA_TMA_STAGES, PA_Q_STAGES (Q buffers: with 2 the next job's Q is copied before the current one's last Q·K^T),
-// PA_SMEM_BYTES, PA_BF16 or PA_F32, PA_MMA_WGMMA (1).
+// PA_STORE_O_BULK, PA_SMEM_BYTES, PA_BF16 or PA_F32, PA_MMA_WGMMA (1).
 #include "pa_fwd_params.cuh"
 #include "pa_softmax.cuh"
 #include "pa_tile.cuh"
 #include "pa_prelude_tma.cuh"
 
-#if !defined(PA_HEAD_DIM) || !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_THREADS) || \
-    !defined(PA_TMA_STAGES) || !defined(PA_Q_STAGES) || !defined(PA_SMEM_BYTES) || !PA_MMA_WGMMA
-#error "PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS, PA_TMA_STAGES, PA_Q_STAGES, PA_SMEM_BYTES, PA_MMA_WGMMA needed"
+#if !defined(PA_HEAD_DIM) || !defined(PA_BLOCK_M) || !defined(PA_BLOCK_N) || !defined(PA_THREADS) ||            \
+    !defined(PA_TMA_STAGES) || !defined(PA_Q_STAGES) || !defined(PA_STORE_O_BULK) || !defined(PA_SMEM_BYTES) || \
+    !PA_MMA_WGMMA
+#error "the host defines PA_HEAD_DIM, PA_BLOCK_*, PA_THREADS, the stages, PA_STORE_O_BULK, PA_SMEM_BYTES, PA_MMA_WGMMA"
 #endif
 #if PA_MASK_EXT
 #error "the warp-specialized forward takes no mask, or the causal one"
@@ -56,6 +61,8 @@ constexpr int V_LANDING = F32 ? 2 : 0;  // float32: V tiles land here and are wr
 constexpr int CONVERTERS = F32 ? COPIERS * 128 - PA_WARP_SIZE : 0;
 constexpr int BARRIERS = 2 * Q_STAGES + 4 * STAGES + (F32 ? 2 * STAGES + 2 * V_LANDING : 0);
 constexpr bool PINGPONG = CONSUMERS == 2;
+constexpr bool O_BULK = PA_STORE_O_BULK;  // the output leaves through the Q buffer, with bulk tensor stores
+static_assert(!O_BULK || (!F32 && Q_STAGES == 2), "bulk output stores: 16-bit inputs and two Q buffers");
 // Registers per thread after the reallocation (setmaxnreg), out of what the block holds at launch: the launch bound's
 // LAUNCH_REGS per thread (ptxas uses them all: the computing warpgroups' code needs more). The copying warpgroups keep
 // few; the computing ones share the rest, at most 256 each (240 each for two, 160 for three). Asking for more than
@@ -270,6 +277,16 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     auto arrive = [&](unsigned long long* bar) {  // once per warp, after the products reading the buffer completed
         if (pa_lane_id() == 0) pa_mbar_arrive(bar);
     };
+    // O_BULK: the Q buffer whose output rows this thread's bulk stores may still read (-1: none); its warp's share of
+    // the buffer's release waits for them.
+    int stored_q = -1;
+    auto release_stored_q = [&]() {
+        if (O_BULK && stored_q >= 0) {
+            pa_bulk_wait_read();
+            pa_mbar_arrive(q_empty + stored_q);
+            stored_q = -1;
+        }
+    };
     // Warpgroup 0 goes first; the turn then passes back and forth across the jobs, and warpgroup 1's last
     // hand-over is taken after the last job.
     if (PINGPONG && wg == 1) pa_named_arrive(turn_barrier(0), 2 * 128);
@@ -307,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
         pa_wgmma_smem_fence();
         pa_named_sync(group_barrier(wg), 128);
 #endif
-        if (n_tiles == 0) arrive(q_empty + qs);
+        if (n_tiles == 0 && !O_BULK) arrive(q_empty + qs);
         for (int tile = 0; tile < n_tiles; ++tile) {
             const int i = tiles + tile, st = i % STAGES, prev = (i - 1) % STAGES;
             pa_mbar_wait(k_ready + st, (i / STAGES) & 1);
@@ -323,7 +340,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
             }
             pass_turn();
             arrive(k_empty + st);  // Q·K^T of this tile is done: its K buffer refills while P·V and the softmax run
-            if (tile == n_tiles - 1) arrive(q_empty + qs);  // and after the job's last one, its Q buffer
+            if (O_BULK && tile == 0) release_stored_q();               // the previous job's output has been read by now
+            if (!O_BULK && tile == n_tiles - 1) arrive(q_empty + qs);  // after the job's last one, its Q buffer
             const bool any_rescale =
                 pa_softmax_tile(s, sm, call_mask(p), mod, p.scale_log2, row0, BM, (j.first + tile) * BN);
             pa_tile_wait_all(pv);
@@ -344,12 +362,37 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
             arrive(v_empty + last);
             if (F32) add_part();
         }
+        float* lse = p.lse == nullptr ? nullptr : p.lse + j.blk.b * p.lse_sb + j.blk.h * p.lse_sh + j.seq.q_start;
+#if PA_STORE_O_BULK
+        {
+            release_stored_q();  // a job without key tiles follows a job whose stores are still pending
+            float inv[PA_MMA_C_ROWS];
+            pa_softmax_finish(acc, sm, row0, [&](int row, int, int r, float scale, float row_lse) {
+                inv[r] = scale;
+                if (lse != nullptr && row < j.seq.seqlen_q && pa_mma_c_col(0) == 0) lse[row] = row_lse;
+            });
+            pa_tile_store_rows_smem<BM>(q, acc[0], pa_wave_row<1>(0), inv);
+            pa_wgmma_smem_fence();
+            pa_named_sync(group_barrier(wg), 128);
+            if (threadIdx.x % 128 == 0) {
+#pragma unroll
+                for (int c = 0; c < COL_BLOCKS; ++c)
+                    pa_tma_store4(&p.map_o, c * ROW_ELEMS, (int)j.seq.q_start + row0 + wg * 64, j.blk.h, j.blk.b,
+                                  q + c * BM * ROW_ELEMS + wg * 64 * ROW_ELEMS);
+                pa_bulk_commit();
+                stored_q = qs;
+            } else {
+                arrive(q_empty + qs);
+            }
+        }
+#else
         pa_softmax_store(acc, sm,
                          static_cast<pa_elem*>(p.o) + j.blk.b * p.o_sb + j.blk.h * p.o_sh + j.seq.q_start * p.o_sn,
-                         p.o_sn, row0, j.seq.seqlen_q,
-                         p.lse == nullptr ? nullptr : p.lse + j.blk.b * p.lse_sb + j.blk.h * p.lse_sh + j.seq.q_start);
+                         p.o_sn, row0, j.seq.seqlen_q, lse);
+#endif
         ++jobs;
         tiles += n_tiles;
     });
+    release_stored_q();  // the last stores read the buffer before the block ends
     if (PINGPONG && wg == 0) pa_named_sync(turn_barrier(0), 2 * 128);
 }

@@ -1,6 +1,6 @@
 // portattn Hopper (sm_90a) block-level pipeline pieces (a prelude file): transaction barriers in shared memory
-// (mbarrier), bulk tensor copies (TMA) that complete on them, named barriers between warpgroups and register
-// reallocation between warpgroups (setmaxnreg). Used by the warp-specialized kernels only.
+// (mbarrier), bulk tensor copies (TMA) that complete on them, bulk tensor stores, named barriers between warpgroups and
+// register reallocation between warpgroups (setmaxnreg). Used by the warp-specialized kernels only.
 #pragma once
 
 #include "pa_mma.cuh"
@@ -49,6 +49,19 @@ PA_DEVICE void pa_tma_load4(void* dst, const PaTensorMap* map, int c0, int c1, i
         "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(pa_smem_addr(bar))
         : "memory");
 }
+
+// Copy the box at coordinates (c0, c1, c2, c3) of a four-dimensional map from shared memory at src (1024-byte
+// aligned, written by ordinary stores made visible to the copy unit with fence.proxy.async before the barrier that
+// publishes them); the part of the box past the tensor is not written. The copy joins this thread's bulk group.
+PA_DEVICE void pa_tma_store4(const PaTensorMap* map, int c0, int c1, int c2, int c3, const void* src) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                     reinterpret_cast<unsigned long long>(map)),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(pa_smem_addr(src))
+                 : "memory");
+}
+// Close this thread's bulk group; wait until every closed group has read its shared memory (it may be reused).
+PA_DEVICE void pa_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+PA_DEVICE void pa_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 
 // Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads: sync waits, arrive does not.
 PA_DEVICE void pa_named_sync(int id, int threads) {

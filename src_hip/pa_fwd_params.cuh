@@ -11,8 +11,8 @@
 #include "pa_mask.cuh"
 
 struct PaFwdParams {
-    PaTensorMap map_q, map_k, map_v;  // q, k, v for bulk copies (the Hopper warp-specialized kernel; else unused)
-    const void* q;                    // unit stride along D (all tensors)
+    PaTensorMap map_q, map_k, map_v, map_o;  // q, k, v, o for bulk copies (Hopper warp-specialized kernel; else unused)
+    const void* q;                           // unit stride along D (all tensors)
     const void* k;
     const void* v;
     void* o;

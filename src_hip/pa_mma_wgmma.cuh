@@ -33,6 +33,13 @@ PA_DEVICE void pa_wgmma_wait() {
 // Ordinary shared-memory stores made visible to the unit's operand reads (the async proxy); before the barrier
 // that hands the tile to the other warps.
 PA_DEVICE void pa_wgmma_smem_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Store four 8x8 matrices of 16-bit elements (register j: matrix j in the ldmatrix layout); lane i gives the address
+// of row i % 8 of matrix i / 8.
+PA_DEVICE void pa_stmatrix_x4(const unsigned (&r)[4], void* smem) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(pa_smem_addr(smem)),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
 // Store four 8x8 matrices of 16-bit elements transposed (register j: matrix j in the ldmatrix layout); lane i gives
 // the address of row i % 8 of stored matrix i / 8, that is of column i % 8 of matrix i / 8.
 PA_DEVICE void pa_stmatrix_x4_trans(const unsigned (&r)[4], void* smem) {

@@ -22,7 +22,8 @@
 // These complete before they return (PA_TILE_ASYNC = 0). With the warpgroup MMA (PA_TILE_ASYNC = 1) the products
 // are asynchronous instead: pa_tile_qk_start, pa_tile_pv_start (P as A fragments, from pa_tile_to_a) and the
 // waits pa_tile_wait_scores<PENDING> / pa_tile_wait_all. PA_TILE_STAGES is the number of K and V buffers, and
-// pa_tile_base gives the first tile in dynamic shared memory; pa_tile_store_row writes one output row.
+// pa_tile_base gives the first tile in dynamic shared memory; pa_tile_store_row writes one output row
+// (pa_tile_store_rows_smem, warpgroup MMA: a warp's rows into a shared tile).
 // PaTileLoader<ROWS, STREAMED> copies ROWS x PA_HEAD_DIM tiles from global memory into that layout.
 #pragma once
 
@@ -347,6 +348,29 @@ PA_DEVICE void pa_tile_store_row(pa_elem* row, const pa_mma_c (&c)[ON], int rr, 
         }
     }
 }
+
+#if PA_MMA_WGMMA && !PA_F32
+// This warp's 16 rows of output fragments c, row rr times scale[rr], as 16-bit elements into the swizzled ROWS-row
+// tile `tile` from row row0 (one matrix store per 16 columns; matrix m of a store holds rows 8 (m % 2) .. and
+// columns 8 (m / 2) .. of the pair of fragments, as pa_mma_a_from_c packs them).
+template <int ROWS, int ON>
+PA_DEVICE void pa_tile_store_rows_smem(pa_elem* tile, const pa_mma_c (&c)[ON], int row0,
+                                       const float (&scale)[PA_MMA_C_ROWS]) {
+    static_assert(ON % 2 == 0, "whole 16-column blocks");
+    const int lane = pa_lane_id(), row = row0 + lane / 8 % 2 * 8 + lane % 8;
+#pragma unroll
+    for (int j = 0; j < ON; j += 2) {
+        pa_mma_c scaled[2];
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+            for (int i = 0; i < PA_MMA_C_REGS; ++i) scaled[t][i] = c[j + t][i] * scale[i / PA_MMA_C_COLS];
+        pa_mma_a packed;
+        pa_mma_a_from_c(packed, scaled, 0);
+        pa_stmatrix_x4(packed, tile + pa_tile_offset<ROWS>(row, (j + lane / 16) * PA_MMA_N));
+    }
+}
+#endif
 
 // Copies of ROWS x PA_HEAD_DIM tiles into shared memory, 16 bytes per copy, spread over the block's PA_THREADS threads.
 // With few copies per thread their offsets are computed once and kept (each tile then costs a few instructions per

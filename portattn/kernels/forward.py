@@ -166,7 +166,7 @@ WS_TILES: dict[str, Rows] = {
     "sm90": rows(HALF, {
         64: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3, q_stages=2),
         96: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2),
-        128: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2),
+        128: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2, q_stages=2),
         256: T(block_m=128, block_n=80, threads=384, warpgroup_mma=True, stages=2),
     }) | rows(("float32",), {
         64: T(block_m=128, block_n=64, threads=512, warpgroup_mma=True, stages=2),
@@ -206,11 +206,18 @@ class FwdSpec(KernelSpec):
             if t.min_blocks != 1 or not t.warpgroup_mma:
                 raise ValueError(f"{self.label}: the warp-specialized kernel runs one block per SM, on the "
                                  "warpgroup MMA")
-            return {"PA_MMA_WGMMA": 1, "PA_TMA_STAGES": t.stages, "PA_Q_STAGES": t.q_stages}
+            return {"PA_MMA_WGMMA": 1, "PA_TMA_STAGES": t.stages, "PA_Q_STAGES": t.q_stages,
+                    "PA_STORE_O_BULK": int(self.stores_o_bulk)}
         defines = {"PA_MIN_BLOCKS": t.min_blocks}
         if t.warpgroup_mma:
             defines["PA_MMA_WGMMA"] = 1
         return defines
+
+    @property
+    def stores_o_bulk(self) -> bool:
+        """Whether the warp-specialized kernel stores the output with bulk tensor copies from the job's Q buffer
+        (16-bit inputs with two Q buffers: the next job's Q has the other one)."""
+        return self.kernel == "ws" and self.dtype != "float32" and self.tile.q_stages == 2
 
     @property
     def smem_bytes(self) -> int:
@@ -355,9 +362,12 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
     grid = items
     if spec.kernel == "ws":
         rows_k = spec.tile.block_n
-        set_tensor_maps(p, target, spec.dtype, {"map_q": (q, spec.tile.block_m), "map_k": (k, rows_k),
-                                                "map_v": (v, rows_k)})
+        tensors = {"map_q": (q, spec.tile.block_m), "map_k": (k, rows_k), "map_v": (v, rows_k)}
         maps = (("map_q", "q"), ("map_k", "k"), ("map_v", "v"))
+        if spec.stores_o_bulk:  # each computing warpgroup stores its 64 rows
+            tensors["map_o"] = (out, 64)
+            maps += (("map_o", "o"),)
+        set_tensor_maps(p, target, spec.dtype, tensors)
         # Persistent: as many blocks as the GPU holds at once, each taking units of work in turn (the kernel counts
         # them, pa_num_units): under a right window bound (causal) a unit pairs the k-th heaviest query block of a
         # head with the k-th lightest.
