@@ -109,6 +109,22 @@ def test_hopper_plain_16bit_calls_take_the_warp_specialized_kernel():
     assert len(set(shipped_variants(hopper))) == len(shipped_variants(hopper))
 
 
+def test_bulk_output_stores_go_with_two_q_buffers():
+    """The warp-specialized kernel stores its output through the job's Q buffer (bulk tensor stores) exactly where
+    it has two Q buffers and 16-bit inputs, and its build says so; d = 64 (short calls) and 128 do."""
+    hopper = Target.for_arch("sm_90")
+    chosen = [select(hopper, dtype, d, seqlen=n) for dtype in ("float16", "bfloat16", "float32") for d in HEAD_DIMS
+              for n in (1, LONG_SEQLEN)]
+    for spec in {s for s in chosen if s.kernel == "ws"}:
+        bulk = spec.dtype != "float32" and spec.tile.q_stages == 2
+        assert spec.stores_o_bulk == bulk and spec.defines["PA_STORE_O_BULK"] == int(bulk), spec.label
+    for dtype in ("float16", "bfloat16"):
+        assert select(hopper, dtype, 128).stores_o_bulk and select(hopper, dtype, 64).stores_o_bulk
+        assert not select(hopper, dtype, 64, seqlen=LONG_SEQLEN).stores_o_bulk
+    assert not select(hopper, "float32", 64).stores_o_bulk
+    assert not select(hopper, "float16", 128, "mma").stores_o_bulk
+
+
 def test_long_calls_take_their_own_rows():
     """Hopper d = 64: calls of at least LONG_SEQLEN (query rows, and keys a row sees) take the three-warpgroup row;
     other head dims, shorter calls, forced and extended-mask kernels and other targets ignore the length."""
