@@ -323,7 +323,7 @@ PA_DEVICE void pa_tile_store_row_f32(float* row, const pa_mma_c (&c)[ON], int rr
     const int i = rr * PA_MMA_C_COLS;
 #pragma unroll
     for (int j = 0; j < ON; ++j) {
-        if constexpr (PA_MMA_C_COLS == 2) {  // two adjacent columns: one 8-byte store (row aligned to two floats)
+        if constexpr (PA_MMA_C_COLS == 2) {  // two adjacent columns: one 8-byte store
             *reinterpret_cast<float2*>(row + j * PA_MMA_N + pa_mma_c_col(0)) =
                 make_float2(c[j][i] * scale, c[j][i + 1] * scale);
         } else {
