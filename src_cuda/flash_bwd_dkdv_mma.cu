@@ -281,24 +281,27 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
     if (n0 >= seq.seqlen_k) return;  // past the end of a shorter sequence
     const PaMask& mask = seq.mask;
 
-    // The query tiles of every head of the group, in order: tile t holds query rows m_first + (t % per_group) BM..
-    // of head h_kv group + t / per_group. start_tile(t) starts copying tile t into buffer t % STAGES.
+    // The query tiles of every head of the group, in order: tile t holds query rows tile_row(t) = m_first +
+    // (t % per_group) BM.. of head tile_head(t) = h_kv group + t / per_group. start_tile(t) starts copying tile t into
+    // buffer t % STAGES.
     const int m_first = pa_mask_first_row(mask, n0) / BM * BM;
     const int m_end = min(seq.seqlen_q, pa_mask_rows_end(mask, n0, BN));
     const int per_group = m_first < m_end ? (m_end - m_first + BM - 1) / BM : 0;
     const int tiles = per_group * group;
+    auto tile_head = [&](int t) { return h_kv * group + t / per_group; };
+    auto tile_row = [&](int t) { return m_first + t % per_group * BM; };
 #if PA_MMA_WGMMA
     if (threadIdx.x >= PA_THREADS) {  // the copying warp and the dQ writers
         pa_regs_dec<WRITER_REGS>();
         if (threadIdx.x == PA_THREADS)
             copy_query_tiles(p, q_s, do_s, q_full, q_empty, tiles, p.cu_seqlens_q != nullptr ? 0 : b,
                              [&](int t, int& row, int& head) {
-                                 head = h_kv * group + t / per_group;
-                                 row = (int)seq.q_start + m_first + t % per_group * BM;
+                                 head = tile_head(t);
+                                 row = (int)seq.q_start + tile_row(t);
                              });
         else if (threadIdx.x >= PA_THREADS + PA_WARP_SIZE && p.dq_atomic)
             write_dq(dq_s, dq_full, dq_empty, tiles, [&](int t, float*& dst, int& valid) {
-                const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM;
+                const int h = tile_head(t), m0 = tile_row(t);
                 dst = p.dq_accum + (pa_bwd_row0(p, seq, b, h) + m0) * D;
                 valid = seq.seqlen_q - m0;
             });
@@ -315,7 +318,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
     // Starts copying query tile t into buffer t % STAGES: its LSE and delta rows, and (without the copying warp) its
     // Q and dO rows.
     auto start_tile = [&](int t) {
-        const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM, buf = t % STAGES;
+        const int h = tile_head(t), m0 = tile_row(t), buf = t % STAGES;
 #if !PA_MMA_WGMMA
         const PaTileLoader<BM> q_loader;
         q_loader.start(q_s + buf * QT,
@@ -353,7 +356,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
             for (int i = 0; i < PA_MMA_C_REGS; ++i) dk[mt][j][i] = dv[mt][j][i] = 0.f;
 
     for (int t = 0; t < tiles; ++t) {
-        const int h = h_kv * group + t / per_group, m0 = m_first + t % per_group * BM, buf = t % STAGES;
+        const int h = tile_head(t), m0 = tile_row(t), buf = t % STAGES;
         pa_async_wait<0>();
         sync_computing();  // tile t has landed; every wave is done with tile t - 1 (its buffers and the dS tile)
         if (STAGES == 2 && t + 1 < tiles) {
