@@ -125,7 +125,7 @@ def test_report_rows_name_the_tile_options():
     res = Resources(registers=180, static_smem=0, spill_bytes=0, scratch_bytes=0)
     text = format_rows([ReportRow("sm_90", select(hopper, "float16", 128), res, "1 blocks/SM"),
                         ReportRow("sm_90", select(hopper, "float16", 64, "mma"), res, "2 blocks/SM")])
-    assert "| pa_flash_fwd_ws | float16 | 128 | 128x128, wgmma, 2 stages | 384 |" in text
+    assert "| pa_flash_fwd_ws | float16 | 128 | 128x128, wgmma, 2 stages, 2 Q stages | 384 |" in text
     assert "| float16 | 64 | 128x64, wgmma, 2/SM | 256 |" in text
 
 
