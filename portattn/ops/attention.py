@@ -295,9 +295,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     ``torch.compile`` and captured in CUDA graphs; the backward is the operator ``portattn::attention_backward``.
     """
     record = None
-    if (out is None and not return_lse and causal_align == "top-left" and window is None and softcap == 0.0
+    if (not return_lse and causal_align == "top-left" and window is None and softcap == 0.0
             and alibi_slopes is None and attn_mask is None and (deterministic is None or type(deterministic) is bool)):
-        record, result = eager.replay(q, k, v, causal, scale, True)
+        record, result = eager.replay(q, k, v, causal, scale, True, out)
         if result is not None:
             return result
     problem = qkv_problem(q, k, v) or options_problem(causal, scale)
@@ -341,16 +341,20 @@ def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
     if problem:
         raise problem.error
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    if out is not None:
-        lse = torch.ops.portattn.attention_out(q, k, v, out, causal, scale, return_lse, *masks)
-        return (out, lse) if return_lse else out
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     # Eager inference on plain tensors (not fake or functional ones while tracing): the operator's body, no dispatch.
-    if not grad and type(q) is torch.Tensor and not torch.compiler.is_compiling():
-        out, lse = torch.empty_like(q), _new_lse(q, True) if return_lse else None
+    if not grad and type(q) is torch.Tensor and type(out) in (torch.Tensor, type(None)) \
+            and not torch.compiler.is_compiling():
+        if out is None:
+            out = torch.empty_like(q)
+        else:
+            eager.written(out)
+        lse = _new_lse(q, True) if return_lse else None
         replay = _forward_into(q, k, v, out, lse, causal, scale, masks)
         if record is not None and replay is not None:
             eager.remember(record, replay)
+    elif out is not None:
+        lse = torch.ops.portattn.attention_out(q, k, v, out, causal, scale, return_lse, *masks)
     else:
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()

@@ -32,13 +32,19 @@ def plain(tensors: tuple, aligned: tuple) -> bool:
     return True
 
 
-def signature(q: object, k: object, v: object, causal: object, scale: object, gqa: object) -> Optional[tuple]:
+def signature(q: object, k: object, v: object, causal: object, scale: object, gqa: object,
+              out: object = None) -> Optional[tuple]:
     """The key of an ``attention`` or SDPA call that may replay an earlier one (``plain`` tensors, a bool
-    ``causal``, a float or None ``scale``); else None."""
+    ``causal``, a float or None ``scale``; ``out``: the tensor given to receive the output, or None); else None."""
     if type(causal) is not bool or not (scale is None or type(scale) is float) or not plain((q, k, v), (q, k, v)):
         return None
-    return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
-            k.device, v.device, causal, scale, gqa, *settings())
+    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+           k.device, v.device, causal, scale, gqa, *settings())
+    if out is None:
+        return key
+    if not plain((out,), (out,)):
+        return None
+    return key + (out.shape, out.stride(), out.dtype, out.device)
 
 
 def settings() -> tuple:
@@ -47,18 +53,26 @@ def settings() -> tuple:
     return OVERRIDES.get(), environ.get(LANES_ENV), environ.get(KERNEL_ENV)
 
 
-def replay(q: object, k: object, v: object, causal: object, scale: object,
-           gqa: object) -> tuple[Optional[tuple], Optional[torch.Tensor]]:
+def replay(q: object, k: object, v: object, causal: object, scale: object, gqa: object,
+           out: object = None) -> tuple[Optional[tuple], Optional[torch.Tensor]]:
     """``(key, out)``: the call's ``signature`` (None when it may not replay) and, when a call of that signature ran
-    before, its output on q, k, v (else None: the caller takes the checked path and remembers its launches under the
-    key)."""
-    key = signature(q, k, v, causal, scale, gqa)
+    before, its output on q, k, v, in ``out`` when given (else None: the caller takes the checked path and remembers
+    its launches under the key)."""
+    key = signature(q, k, v, causal, scale, gqa, out)
     fn = lookup(key)
     if fn is None:
         return key, None
-    out = torch.empty_like(q)
+    if out is None:
+        out = torch.empty_like(q)
+    else:
+        written(out)
     fn(q, k, v, out)
     return key, out
+
+
+def written(out: torch.Tensor) -> None:
+    """Count a write into ``out`` made without the operator (which counts its own): autograd then sees it."""
+    torch.autograd.graph.increment_version(out)
 
 
 def lookup(key: Optional[tuple]) -> Optional[Replay]:

@@ -123,7 +123,7 @@ def bench_case(dtype: str, head_dim: int, causal: bool, seqlen: int, heads: int 
     ref, _ = reference_attention(q[:1, :2 * group], k[:1, :2], v[:1, :2], causal)
     err = relative_error(out[:1, :2 * group], ref)
     flops = 4 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
-    ms = time_ms(lambda: attention(q, k, v, causal=causal, out=out), reps, warmup)
+    ms = time_ms(lambda: attention(q, k, v, causal=causal), reps, warmup)  # allocating its output, as SDPA does
     row = BenchRow(dtype, head_dim, causal, seqlen, batch, heads, ms, flops / ms / 1e9, err,
                    heads_kv=hk if hk != heads else None)
     for name in SDPA_BACKENDS:

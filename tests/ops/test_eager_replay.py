@@ -1,6 +1,7 @@
 """Repeated eager calls replay the launches of an earlier call of their signature (ops/eager.py): each replayed
-call computes on its own inputs (against float64), the patch counts replayed calls, and a call that differs in
-anything the checks or the kernel choice read (gradients, alignment, options, dtype, shape) does not replay."""
+call computes on its own inputs (against float64), into ``out`` when given, the patch counts replayed calls, and a
+call that differs in anything the checks or the kernel choice read (gradients, alignment, options, dtype, shape,
+the layout of ``out``) does not replay."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,32 @@ def test_replayed_calls_compute_on_their_own_inputs(gen, dtype, nq, causal):
         torch.full_like(q, float("nan"))  # freed at once: the output reuses the block
         out = portattn.attention(q, k, v, causal=causal)
         assert relative_error(out, reference_attention(q, k, v, causal)[0]) <= TOL[dtype], call
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_calls_with_out_replay_into_it(gen, layout):
+    """Calls with ``out=`` (contiguous, or a [batch, seq, heads, dim] tensor seen as [batch, heads, seq, dim]): the
+    second and later calls replay; each writes its own result into its poisoned ``out`` and counts the write."""
+    shape = (2, 4, 200, 64)
+    for call in range(3):
+        q, k, v = (rand(gen, torch.float16, *shape) for _ in range(3))
+        out = torch.empty(shape if layout == "bhsd" else (2, 200, 4, 64), dtype=q.dtype, device="cuda")
+        out = (out if layout == "bhsd" else out.transpose(1, 2)).fill_(float("nan"))
+        key = eager.signature(q, k, v, True, None, True, out)
+        if call == 0:
+            eager._replays.pop(key, None)
+        assert key is not None and key != eager.signature(q, k, v, True, None, True)
+        assert (key in eager._replays) == (call > 0)
+        version = out._version
+        assert portattn.attention(q, k, v, causal=True, out=out) is out
+        assert out._version > version
+        assert relative_error(out, reference_attention(q, k, v, True)[0]) <= TOL[torch.float16], call
+    # An output at an unaligned address: written through a temporary, never replayed.
+    base = torch.empty(2 * 4 * 200 * 64 + 1, dtype=torch.float16, device="cuda")
+    shifted = base[1:].view(shape).fill_(float("nan"))
+    assert eager.signature(q, k, v, True, None, True, shifted) is None
+    portattn.attention(q, k, v, causal=True, out=shifted)
+    assert relative_error(shifted, reference_attention(q, k, v, True)[0]) <= TOL[torch.float16]
 
 
 def test_patched_sdpa_replays_and_counts(gen):
