@@ -41,6 +41,7 @@ def main() -> None:
             flops = 2.5 * 4 * b * h * n * n * d / (2 if causal else 1)
             for tile in tiles:
                 backward.DKDV_TILES["sm90"][(dtype, d)] = tile
+                backward._launches.clear()  # the launches kept per call signature hold the previous tile
                 spec = backward.select(target, dtype, d).dkdv
                 res = compile_kernel(spec, target).resources
                 out = portattn.attention(*leaves, causal=causal)

@@ -21,11 +21,12 @@ import torch
 from ..runtime import loader
 from ..runtime.params import struct_from_header
 from ..runtime.target import Target
-from .masking import Masking, set_mask_fields
+from .masking import CAUSAL, PLAIN, Masking, call_fields, set_mask_fields
 from .variant import (
     DTYPES,
     HALF,
     HEAD_DIMS,
+    OVERRIDES,
     KernelSpec,
     Rows,
     TileConfig,
@@ -309,54 +310,85 @@ def _strides(t: torch.Tensor) -> tuple[int, int, int]:
     return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class BwdLaunches:
+    """The launches of one backward signature: the first kernel, dK/dV, and (deterministic) the dQ kernel."""
+
+    prep: loader.Launch
+    dkdv: loader.Launch
+    dq: loader.Launch | None
+
+
+_launches: dict[tuple, BwdLaunches] = {}
+
+
 def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
         grad_lse: torch.Tensor | None, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, scale: float,
         deterministic: bool, masking: Masking) -> None:
     """Launch the backward on ``q``'s device and torch's current stream: dq, dk, dv receive the gradients. Inputs are
     validated, non-empty, in a layout the kernels read in place, and ``scale >= 0``; lse is the forward's (contiguous,
     [batch, heads_q, seq_q], or [heads_q, total_q] for packed sequences, whose tensors are [1, heads, total, d]
-    views as in ``forward.run``), and grad_lse (float32, contiguous like lse, or None) the gradient that reaches it."""
+    views as in ``forward.run``), and grad_lse (float32, contiguous like lse, or None) the gradient that reaches it.
+    The launches of a call signature are made once."""
     target = launch_target(q.device)
+    key = (target, q.device.index, q.dtype, q.shape, k.shape, q.stride(), k.stride(), v.stride(), out.stride(),
+           dout.stride(), dq.stride(), dk.stride(), dv.stride(), deterministic, masking.key, OVERRIDES.get(),
+           forced_kernel())
+    launches = _launches.get(key)
+    if launches is None:
+        launches = loader.remember(_launches, key, _plan(dout, q, k, v, out, dq, dk, dv, deterministic, masking,
+                                                         target))
+    delta = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)  # the row arrays
+    lse_log2 = torch.empty_like(delta)
+    dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    fields = {} if masking is PLAIN or masking is CAUSAL else call_fields(masking)
+    fields.update(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
+                  lse=lse.data_ptr(), lse_log2=lse_log2.data_ptr(), delta=delta.data_ptr(),
+                  dq_accum=dq_accum.data_ptr() if dq_accum is not None else None, dq=dq.data_ptr(),
+                  dk=dk.data_ptr(), dv=dv.data_ptr(), scale=scale, scale_log2=scale * 1.4426950408889634)
+    stream = current_stream(q.device)
+    launches.prep(stream, **fields)
+    if grad_lse is not None:  # the LSE's own gradient: dS = P (dP - delta + grad_lse)
+        delta.sub_(grad_lse)
+    launches.dkdv(stream, **fields)
+    if launches.dq is not None:
+        launches.dq(stream, **fields)
+    else:
+        dq.copy_(dq_accum)
+
+
+def _plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dq: torch.Tensor,
+          dk: torch.Tensor, dv: torch.Tensor, deterministic: bool, masking: Masking, target: Target) -> BwdLaunches:
     plan = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended)
     heads_q, heads_kv = q.shape[1], k.shape[1]
     rows_shape = q.shape[:3]  # the row arrays: per packed row for variable lengths
     batch, seqlen_q, seqlen_k = masking.lengths(q, k)
-    delta = torch.empty(rows_shape, dtype=torch.float32, device=q.device)
-    lse_log2 = torch.empty_like(delta)
-    dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=q.device)
     num_m_blocks = -(-seqlen_q // plan.dq.tile.block_m)
     num_n_blocks = -(-seqlen_k // plan.dkdv.tile.block_n)
-    p = BwdParams(
-        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(), lse=lse.data_ptr(),
-        lse_log2=lse_log2.data_ptr(), delta=delta.data_ptr(),
-        dq_accum=dq_accum.data_ptr() if dq_accum is not None else None,
-        dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
-        batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-        total_q=rows_shape[2], total_k=k.shape[2], scale=scale, scale_log2=scale * 1.4426950408889634,
-        num_m_blocks=num_m_blocks, num_n_blocks=num_n_blocks, dq_atomic=int(not deterministic),
-    )
+    p = BwdParams(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                  total_q=rows_shape[2], total_k=k.shape[2], num_m_blocks=num_m_blocks, num_n_blocks=num_n_blocks,
+                  dq_atomic=int(not deterministic))
     set_mask_fields(p, masking)
-    if plan.dkdv.tile.warpgroup_mma:  # its copying warp reads the query tiles of Q and dO through bulk-copy maps
+    maps: tuple[tuple[str, str], ...] = ()
+    if plan.dkdv.tile.warpgroup_mma:  # its copying thread reads the query tiles of Q and dO through bulk-copy maps
         set_tensor_maps(p, target, plan.dkdv.dtype, {"map_q": (q, plan.dkdv.tile.block_m),
                                                      "map_do": (dout, plan.dkdv.tile.block_m)})
+        maps = (("map_q", "q"), ("map_do", "dout"))
     for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("do", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
         sb, sh, sn = _strides(t)
         setattr(p, f"{name}_sb", sb)
         setattr(p, f"{name}_sh", sh)
         setattr(p, f"{name}_sn", sn)
-    stream = current_stream(q.device)
-    device = q.device.index
     grids = {
         "prep": -(-rows_shape[0] * heads_q * rows_shape[2] // plan.prep.tile.block_m),
         "dkdv": num_n_blocks * plan.dkdv.tile.split * batch * heads_kv,
         "dq": num_m_blocks * plan.dq.tile.split * batch * heads_q,
     }
+    launches = []
     for spec in plan.specs if deterministic else plan.specs[:2]:
         if grids[spec.stage] >= 2**31:
             raise ValueError(f"problem too large: {grids[spec.stage]} blocks for {spec.function} (must be < 2**31)")
-        fn = loader.kernel_function(spec, target, device)
-        loader.launch(target, fn, grids[spec.stage], spec.block_threads, spec.smem_bytes, p, stream)
-        if spec.stage == "prep" and grad_lse is not None:  # the LSE's own gradient: dS = P (dP - delta + grad_lse)
-            delta.sub_(grad_lse)
-    if not deterministic:
-        dq.copy_(dq_accum)
+        fn = loader.kernel_function(spec, target, q.device.index)
+        launches.append(loader.Launch(target, fn, grids[spec.stage], spec.block_threads, spec.smem_bytes, p,
+                                      tensor_maps=maps if spec.stage == "dkdv" else ()))
+    return BwdLaunches(launches[0], launches[1], launches[2] if deterministic else None)

@@ -5,7 +5,9 @@ The path of one call, all of it in this file down to the kernel family's ``run``
     attention(q, k, v, ...)                 validate (support.py), no GPU work
       -> torch.ops.portattn.attention        the operator (attention_out with ``out=``): torch.compile and CUDA graphs
                                              see one opaque call; its fake implementation gives the output's layout.
-                                             Eager calls that need no gradient run its body directly (no dispatch).
+                                             Eager calls on plain tensors run its body directly (no dispatch);
+                                             those that need a gradient through _EagerAttention, whose autograd
+                                             saves and runs the same as the operator's.
         -> _forward_into                     empty shapes, the layout the kernels read, scale >= 0
           -> kernels.forward.run             target, variant, loaded function, parameters, launch (or
              kernels.decode.run              for at most decode.MAX_QUERIES query rows, not causal)
@@ -67,6 +69,10 @@ def masking_for(causal: bool, masks: MaskArgs) -> Masking:
         return CAUSAL if causal else PLAIN
     left, right = window_bounds(causal, (window_left, window_right))
     return Masking(left, right, bottom_right, softcap, alibi, attn_mask, cu_q, cu_k, max_q, max_k)
+
+
+# Whether torch.func's transforms (grad, vmap) wrap the tensors: their calls take the operators.
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
 def _as_4d(t: torch.Tensor) -> torch.Tensor:
@@ -205,20 +211,29 @@ attention_backward_op.register_autograd(_refuse_double_backward, setup_context=_
 _SAVED = object()  # stands for a mask argument saved with the tensors
 
 
-def _attention_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
-    q, k, v, causal, scale, return_lse, deterministic = inputs[:7]
-    masks = inputs[7:]
-    out, lse = output
+def _save(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+          masks: tuple, causal: bool, scale: float, deterministic: bool, has_lse: bool) -> None:
+    """Keep what the backward reads: the tensors (the mask arguments' among them) and the call's options."""
     tensors = [t for t in masks if isinstance(t, torch.Tensor)]
     ctx.save_for_backward(q, k, v, out, lse, *tensors)
     ctx.masks = tuple(_SAVED if isinstance(t, torch.Tensor) else t for t in masks)
-    ctx.causal, ctx.scale, ctx.deterministic, ctx.has_lse = causal, scale, deterministic, return_lse
+    ctx.causal, ctx.scale, ctx.deterministic, ctx.has_lse = causal, scale, deterministic, has_lse
+
+
+def _saved(ctx: Any) -> tuple:
+    """``(q, k, v, out, lse, masks)`` as ``_save`` kept them."""
+    q, k, v, out, lse, *tensors = ctx.saved_tensors
+    saved = iter(tensors)
+    return q, k, v, out, lse, tuple(next(saved) if m is _SAVED else m for m in ctx.masks)
+
+
+def _attention_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    q, k, v, causal, scale, return_lse, deterministic = inputs[:7]
+    _save(ctx, q, k, v, *output, inputs[7:], causal, scale, deterministic, return_lse)
 
 
 def _attention_grad(ctx: Any, grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor]) -> tuple:
-    q, k, v, out, lse, *tensors = ctx.saved_tensors
-    saved = iter(tensors)
-    masks = tuple(next(saved) if m is _SAVED else m for m in ctx.masks)
+    q, k, v, out, lse, masks = _saved(ctx)
     if not ctx.has_lse:
         raise RuntimeError("portattn::attention was called with return_lse=False, so its backward has no LSE; "
                            "call it through portattn.attention, which asks for the LSE when a backward may follow")
@@ -230,6 +245,33 @@ def _attention_grad(ctx: Any, grad_out: torch.Tensor, grad_lse: Optional[torch.T
 
 
 attention_op.register_autograd(_attention_grad, setup_context=_attention_setup)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """``portattn::attention`` and its autograd for eager calls on plain tensors: the operators' bodies without the
+    dispatcher, whose custom-operator layer costs several hundred microseconds of host time per call. The same
+    tensors are saved; a backward that builds a graph (``create_graph``) runs the backward operator, which refuses
+    a double backward."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+                deterministic: bool, masks: MaskArgs) -> Tuple[torch.Tensor, torch.Tensor]:
+        out, lse = _attention(q, k, v, causal, scale, True, masks)
+        ctx.set_materialize_grads(False)
+        _save(ctx, q, k, v, out, lse, masks, causal, scale, deterministic, True)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Optional[torch.Tensor], grad_lse: Optional[torch.Tensor]) -> tuple:
+        q, k, v, out, lse, masks = _saved(ctx)
+        if grad_out is None:
+            grad_out = torch.zeros_like(out)
+        args = (grad_out, q, k, v, out, lse, grad_lse, ctx.causal, ctx.scale, ctx.deterministic)
+        if torch.is_grad_enabled():
+            grads = torch.ops.portattn.attention_backward(*args, *masks)
+        else:
+            grads = _backward_into(*args, masks)
+        return (*grads, None, None, None, None)
 
 
 @torch.library.custom_op("portattn::attention_out", mutates_args=("out",), device_types="cuda")
@@ -358,7 +400,13 @@ def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
     else:
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()
-        out, lse = torch.ops.portattn.attention(q, k, v, causal, scale, True, deterministic, *masks)
+        # Eager training on plain tensors (not while tracing or under torch.func's transforms): the same operator
+        # bodies and saved tensors, no dispatch.
+        if (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
+                and not torch.compiler.is_compiling() and not _functorch_active()):
+            out, lse = _EagerAttention.apply(q, k, v, causal, scale, deterministic, masks)
+        else:
+            out, lse = torch.ops.portattn.attention(q, k, v, causal, scale, True, deterministic, *masks)
     return (out, lse) if return_lse else out
 
 

@@ -5,6 +5,7 @@ import torch
 
 import portattn
 from portattn.kernels import backward
+from portattn.ops import attention as attention_ops
 from portattn.tools.reference import reference_gradients
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_target")]
@@ -152,6 +153,30 @@ def test_deterministic_gradients_are_bitwise_repeatable(gen, needs_backward, dty
     for a, b, ref in zip(first, atomic, refs):
         ea, eb = max_rel(a, ref, largest), max_rel(b, ref, largest)
         assert ea <= 2 * eb + 1e-6 and eb <= 2 * ea + 1e-6, (ea, eb)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_eager_path_matches_the_operator_bit_for_bit(gen, needs_backward, dtype):
+    """An eager call on plain tensors skips the dispatcher (``_EagerAttention``); with deterministic gradients it gives
+    the operator's output, LSE and gradients (the LSE's own gradient included) bit for bit, and it refuses a
+    double backward as the operator does."""
+    needs_backward(dtype)
+    q, k, v = (rand(gen, dtype, 2, 4, 150, 64) for _ in range(3))
+    dout, grad_lse = rand(gen, dtype, 2, 4, 150, 64), torch.randn(2, 4, 150, device="cuda", generator=gen)
+    results = []
+    for via_operator in (False, True):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        if via_operator:
+            out, lse = torch.ops.portattn.attention(*leaves, True, 0.125, True, True, *attention_ops.NO_MASKS)
+        else:
+            out, lse = portattn.attention(*leaves, causal=True, scale=0.125, return_lse=True, deterministic=True)
+            assert type(out.grad_fn).__name__ == "_EagerAttentionBackward"
+        results.append((out, lse, *torch.autograd.grad((out, lse), leaves, (dout, grad_lse))))
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+    leaf = q.clone().requires_grad_()
+    (grad_q,) = torch.autograd.grad(portattn.attention(leaf, k, v).sum(), leaf, create_graph=True)
+    with pytest.raises(NotImplementedError, match="no double backward"):
+        grad_q.sum().backward()
 
 
 def test_torch_deterministic_setting_is_followed(gen, needs_backward):
