@@ -71,8 +71,10 @@ def replay(q: object, k: object, v: object, causal: object, scale: object, gqa: 
 
 
 def written(out: torch.Tensor) -> None:
-    """Count a write into ``out`` made without the operator (which counts its own): autograd then sees it."""
-    torch.autograd.graph.increment_version(out)
+    """Count a write into ``out`` made without the operator (which counts its own): autograd then sees it. A tensor
+    made under ``torch.inference_mode`` has no version counter (some torch versions raise when asked to bump it)."""
+    if not out.is_inference():
+        torch.autograd.graph.increment_version(out)
 
 
 def lookup(key: Optional[tuple]) -> Optional[Replay]:

@@ -1,7 +1,8 @@
 """The replay of repeated eager calls (ops/eager.py) as each entry point uses it, without a GPU: a launch remembered
 under a call's signature (here a stand-in that writes a known result) serves ``portattn.attention``,
-``portattn.scaled_dot_product_attention`` and the SDPA patch, counted by the patch; a call of another signature, or
-one that needs a gradient, does not use it. The kernels' own replays run in tests/ops/test_eager_replay.py (GPU)."""
+``portattn.scaled_dot_product_attention`` and the SDPA patch, counted by the patch, and calls with ``out=``; a call
+of another signature, or one that needs a gradient, does not use it. The kernels' own replays run in
+tests/ops/test_eager_replay.py (GPU)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -30,6 +31,26 @@ def test_entry_points_replay_a_remembered_call(remembered):
     with portattn.patch_sdpa() as stats:
         assert torch.equal(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5, enable_gqa=True), q + 1)
     assert (stats.portattn, stats.fallback) == (1, 0)
+
+
+def test_calls_with_out_replay_into_it(remembered):
+    """A call with ``out=`` replays a launch remembered under its own signature (which holds the layout of ``out``),
+    writes into ``out`` and counts the write (the stand-in writes through ``.data``, which counts nothing); an
+    output made under ``torch.inference_mode``, which has no version counter, is written without an error."""
+    q, k, v = (torch.randn(1, 2, 8, 64) for _ in range(3))
+    out = torch.empty_like(q)
+    with torch.inference_mode():
+        frozen = torch.empty_like(q)
+    for t in (out, frozen):
+        eager.remember(eager.signature(q, k, v, True, None, True, t), lambda q, k, v, out: out.data.copy_(q + 1))
+    version = out._version
+    assert portattn.attention(q, k, v, causal=True, out=out) is out
+    assert torch.equal(out, q + 1) and out._version > version
+    with torch.inference_mode():
+        assert portattn.attention(q, k, v, causal=True, out=frozen) is frozen
+    assert torch.equal(frozen, q + 1)
+    with pytest.raises(ValueError):  # out in another layout: another signature, so the checks run (CPU tensors)
+        portattn.attention(q, k, v, causal=True, out=torch.empty(1, 8, 2, 64).transpose(1, 2))
 
 
 def test_other_calls_take_the_checked_path(remembered):
