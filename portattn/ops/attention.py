@@ -75,6 +75,13 @@ def masking_for(causal: bool, masks: MaskArgs) -> Masking:
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
+def _runs_bodies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether an eager call may run the operators' bodies without the dispatcher: plain tensors, not while tracing
+    (fake or functional tensors) or under torch.func's transforms."""
+    return (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
+            and not torch.compiler.is_compiling() and not _functorch_active())
+
+
 def _as_4d(t: torch.Tensor) -> torch.Tensor:
     """A packed [total, heads, d] tensor as the kernels' [1, heads, total, d] view (4-D tensors unchanged)."""
     return t.unsqueeze(0).transpose(1, 2) if t.dim() == 3 else t
@@ -384,9 +391,9 @@ def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
         raise problem.error
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    # Eager inference on plain tensors (not fake or functional ones while tracing): the operator's body, no dispatch.
-    if not grad and type(q) is torch.Tensor and type(out) in (torch.Tensor, type(None)) \
-            and not torch.compiler.is_compiling():
+    bodies = _runs_bodies(q, k, v)
+    # Eager inference: the operator's body.
+    if not grad and bodies and type(out) in (torch.Tensor, type(None)):
         if out is None:
             out = torch.empty_like(q)
         else:
@@ -400,10 +407,7 @@ def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
     else:
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()
-        # Eager training on plain tensors (not while tracing or under torch.func's transforms): the same operator
-        # bodies and saved tensors, no dispatch.
-        if (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
-                and not torch.compiler.is_compiling() and not _functorch_active()):
+        if bodies:  # eager training: the same operator bodies and saved tensors
             out, lse = _EagerAttention.apply(q, k, v, causal, scale, deterministic, masks)
         else:
             out, lse = torch.ops.portattn.attention(q, k, v, causal, scale, True, deterministic, *masks)
