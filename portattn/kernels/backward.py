@@ -36,6 +36,7 @@ from .variant import (
     launch_target,
     rows,
     selects,
+    set_strides,
     set_tensor_maps,
 )
 
@@ -305,11 +306,6 @@ def shipped_variants(target: Target) -> list[BwdSpec]:
     return specs
 
 
-def _strides(t: torch.Tensor) -> tuple[int, int, int]:
-    """Element strides of dims 0..2; a size-1 dim gets stride 0 (it is never stepped)."""
-    return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
-
-
 @dataclass(frozen=True)
 class BwdLaunches:
     """The launches of one backward signature: the first kernel, dK/dV, and (deterministic) the dQ kernel."""
@@ -374,11 +370,7 @@ def _plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         set_tensor_maps(p, target, plan.dkdv.dtype, {"map_q": (q, plan.dkdv.tile.block_m),
                                                      "map_do": (dout, plan.dkdv.tile.block_m)})
         maps = (("map_q", "q"), ("map_do", "dout"))
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("do", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
-        sb, sh, sn = _strides(t)
-        setattr(p, f"{name}_sb", sb)
-        setattr(p, f"{name}_sh", sh)
-        setattr(p, f"{name}_sn", sn)
+    set_strides(p, {"q": q, "k": k, "v": v, "o": out, "do": dout, "dq": dq, "dk": dk, "dv": dv})
     grids = {
         "prep": -(-rows_shape[0] * heads_q * rows_shape[2] // plan.prep.tile.block_m),
         "dkdv": num_n_blocks * plan.dkdv.tile.split * batch * heads_kv,

@@ -35,6 +35,7 @@ from .variant import (
     resident_blocks,
     rows,
     selects,
+    set_strides,
     set_tensor_maps,
 )
 
@@ -303,11 +304,6 @@ def shipped_variants(target: Target) -> list[FwdSpec]:
     return specs + ext
 
 
-def _strides(t: torch.Tensor) -> tuple[int, int, int]:
-    """Element strides of dims 0..2; a size-1 dim gets stride 0 (it is never stepped)."""
-    return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
-
-
 _launches: dict[tuple, loader.Launch] = {}
 
 
@@ -353,11 +349,7 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
         raise ValueError(f"problem too large: {items} blocks (batch * heads * query blocks must be < 2**31)")
     p = FwdParams(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                   total_q=q.shape[2], total_k=k.shape[2], num_m_blocks=num_m_blocks)
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
-        sb, sh, sn = _strides(t)
-        setattr(p, f"{name}_sb", sb)
-        setattr(p, f"{name}_sh", sh)
-        setattr(p, f"{name}_sn", sn)
+    set_strides(p, {"q": q, "k": k, "v": v, "o": out})
     if lse is not None:
         p.lse_sb, p.lse_sh = (0, lse.stride(0)) if masking.varlen else (lse.stride(0), lse.stride(1))
     set_mask_fields(p, masking)

@@ -222,6 +222,14 @@ def selects(select: Callable[[Target, str, int], object], target: Target, dtype:
     return True
 
 
+def set_strides(params: ctypes.Structure, tensors: dict[str, torch.Tensor]) -> None:
+    """Set the element strides of dims 0..2 of each [batch, heads, rows, head_dim] tensor into ``params``' fields
+    ``<name>_sb``, ``<name>_sh``, ``<name>_sn``; a size-1 dim gets stride 0 (it is never stepped)."""
+    for name, t in tensors.items():
+        for i, suffix in enumerate(("sb", "sh", "sn")):
+            setattr(params, f"{name}_{suffix}", 0 if t.shape[i] == 1 else t.stride(i))
+
+
 def set_tensor_maps(params: ctypes.Structure, target: Target, dtype: str,
                     maps: dict[str, tuple[torch.Tensor, int]]) -> None:
     """Encode each [batch, heads, rows, head_dim] tensor of ``maps`` (field name: tensor, box rows) into its bulk-copy
