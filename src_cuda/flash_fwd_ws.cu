@@ -167,8 +167,7 @@ PA_DEVICE PaMask call_mask(const PaFwdParams& p) { return pa_seq(p, 0).mask; }
 // Calls f(job) for each query block of this block's units, in order.
 template <class F>
 PA_DEVICE void for_each_job(const PaFwdParams& p, F&& f) {
-    const int units = pa_num_units(p);
-    for (int unit = blockIdx.x; unit < units; unit += gridDim.x)
+    for (int unit = blockIdx.x; unit < p.num_units; unit += gridDim.x)
         for (int part = 0; part < pa_unit_parts(p, unit); ++part) f(job_of(p, unit, part));
 }
 
@@ -290,8 +289,12 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     // Warpgroup 0 goes first; the turn then passes back and forth across the jobs, and warpgroup 1's last
     // hand-over is taken after the last job.
     if (PINGPONG && wg == 1) pa_named_arrive(turn_barrier(0), 2 * 128);
-    int jobs = 0, tiles = 0;
+    // This warpgroup's count of jobs and tiles, in one register (three computing warpgroups have none to spare):
+    // tiles * JOB_PERIOD + jobs, each modulo its period, the period of its buffers' phases.
+    constexpr int JOB_PERIOD = 2 * Q_STAGES, TILE_PERIOD = 2 * STAGES;
+    int passed = 0;
     for_each_job(p, [&](const Job& j) {
+        const int jobs = passed % JOB_PERIOD, tiles = passed / JOB_PERIOD;
         const PaMod mod = pa_seq_mod(p, j.seq, j.blk.b, j.blk.h);
         const int row0 = j.blk.row0, n_tiles = j.n_tiles;
         pa_mma_c acc[1][ON], part[1][ON];
@@ -390,8 +393,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
                          static_cast<pa_elem*>(p.o) + j.blk.b * p.o_sb + j.blk.h * p.o_sh + j.seq.q_start * p.o_sn,
                          p.o_sn, row0, j.seq.seqlen_q, lse);
 #endif
-        ++jobs;
-        tiles += n_tiles;
+        passed = (tiles + n_tiles) % TILE_PERIOD * JOB_PERIOD + (jobs + 1) % JOB_PERIOD;
     });
     release_stored_q();  // the last stores read the buffer before the block ends
     if (PINGPONG && wg == 0) pa_named_sync(turn_barrier(0), 2 * 128);

@@ -37,6 +37,7 @@ struct PaFwdParams {
     float scale_log2;               // scale times log2(e)
     float softcap;                  // > 0: logits are softcap tanh(scale s / softcap)
     int num_m_blocks;               // ceil(seqlen_q / PA_BLOCK_M)
+    int num_units;                  // persistent kernels: units of work (below)
 };
 
 // The (batch, head), key/value head and first query row of this block's work (block_m query rows of one head).
@@ -57,13 +58,12 @@ PA_DEVICE PaBlock pa_block_coords(const PaFwdParams& p, int block_m) {
 // Persistent kernels: block i takes the units of work i, i + gridDim.x, ... A unit is one query block or, under a
 // right window bound (causal: a query block's work grows with its index), two of one (batch, head): the k-th heaviest
 // and the k-th lightest, so that the units cost the same (but for the middle block of an odd count, alone).
-// Consecutive units take one (batch, head), heavy ones first, like pa_block_coords. The host sizes the grid with the
-// same count (forward.py).
+// Consecutive units take one (batch, head), heavy ones first, like pa_block_coords. The host counts them (num_units:
+// batch * heads_q * pa_units_per_head) and sizes the grid by that count (forward.py).
 PA_DEVICE bool pa_paired_units(const PaFwdParams& p) { return p.window_right != PA_MASK_NONE; }
 PA_DEVICE int pa_units_per_head(const PaFwdParams& p) {
     return pa_paired_units(p) ? (p.num_m_blocks + 1) / 2 : p.num_m_blocks;
 }
-PA_DEVICE int pa_num_units(const PaFwdParams& p) { return p.batch * p.heads_q * pa_units_per_head(p); }
 // The query blocks of a unit (1 or 2).
 PA_DEVICE int pa_unit_parts(const PaFwdParams& p, int unit) {
     const int k = unit % pa_units_per_head(p);

@@ -347,8 +347,11 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
     items = num_m_blocks * batch * heads_q
     if items >= 2**31:
         raise ValueError(f"problem too large: {items} blocks (batch * heads * query blocks must be < 2**31)")
+    # Persistent kernels take units of work in turn: under a right window bound (causal) a unit pairs the k-th
+    # heaviest query block of a head with the k-th lightest (pa_fwd_params.cuh).
+    units = batch * heads_q * (-(-num_m_blocks // 2) if masking.right != NONE else num_m_blocks)
     p = FwdParams(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-                  total_q=q.shape[2], total_k=k.shape[2], num_m_blocks=num_m_blocks)
+                  total_q=q.shape[2], total_k=k.shape[2], num_m_blocks=num_m_blocks, num_units=units)
     set_strides(p, {"q": q, "k": k, "v": v, "o": out})
     if lse is not None:
         p.lse_sb, p.lse_sh = (0, lse.stride(0)) if masking.varlen else (lse.stride(0), lse.stride(1))
@@ -363,9 +366,5 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
             tensors["map_o"] = (out, 64)
             maps += (("map_o", "o"),)
         set_tensor_maps(p, target, spec.dtype, tensors)
-        # Persistent: as many blocks as the GPU holds at once, each taking units of work in turn (the kernel counts
-        # them, pa_num_units): under a right window bound (causal) a unit pairs the k-th heaviest query block of a
-        # head with the k-th lightest.
-        units = batch * heads_q * (-(-num_m_blocks // 2) if masking.right != NONE else num_m_blocks)
-        grid = min(units, resident_blocks(spec, target))
+        grid = min(units, resident_blocks(spec, target))  # persistent: as many blocks as the GPU holds at once
     return loader.Launch(target, fn, grid, spec.tile.threads, spec.smem_bytes, p, tensor_maps=maps)
