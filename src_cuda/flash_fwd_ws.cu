@@ -289,8 +289,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     // Warpgroup 0 goes first; the turn then passes back and forth across the jobs, and warpgroup 1's last
     // hand-over is taken after the last job.
     if (PINGPONG && wg == 1) pa_named_arrive(turn_barrier(0), 2 * 128);
-    // This warpgroup's count of jobs and tiles, in one register (three computing warpgroups have none to spare):
-    // tiles * JOB_PERIOD + jobs, each modulo its period, the period of its buffers' phases.
+    // This warpgroup's counts of jobs and tiles in one register (three computing warpgroups have none to spare), each
+    // modulo the period with which its buffer and phase repeat: (tiles % TILE_PERIOD) * JOB_PERIOD + jobs % JOB_PERIOD.
     constexpr int JOB_PERIOD = 2 * Q_STAGES, TILE_PERIOD = 2 * STAGES;
     int passed = 0;
     for_each_job(p, [&](const Job& j) {
