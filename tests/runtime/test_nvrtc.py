@@ -1,6 +1,7 @@
 """NVRTC builds of every shipped variant (no spills, cubin records, Hopper warpgroup MMA, wave64 emulation) and of the
 probe kernels, and compile errors (no GPU needed)."""
 
+import os
 import shutil
 
 import pytest
@@ -10,7 +11,7 @@ from portattn import CompileError
 from portattn.kernels import shipped_variants
 from portattn.kernels.probes import mfma_probe, prelude_probe
 from portattn.runtime.cache import DiskCache
-from portattn.runtime.compiler import clear_memory_cache, compile_kernel
+from portattn.runtime.compiler import clear_memory_cache, compile_kernel, compile_many
 from portattn.runtime.resources import nvidia_blocks_per_sm
 from portattn.runtime.target import Target
 
@@ -26,13 +27,35 @@ def cache(tmp_path):
     clear_memory_cache()
 
 
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    """``builds(target)``: every shipped variant of ``target`` with its kernel, compiled once for this module, as many
+    at a time as there are CPUs, into a cache of its own (nothing comes from an earlier build)."""
+    clear_memory_cache()
+    cache = DiskCache(tmp_path_factory.mktemp("builds") / "cache")
+    built = {}
+
+    def build(target):
+        if target not in built:
+            clear_memory_cache()
+            specs = shipped_variants(target)
+            kernels = compile_many(specs, target, cache, jobs=os.cpu_count() or 1)
+            for spec, kernel in zip(specs, kernels):
+                if isinstance(kernel, Exception):
+                    pytest.fail(f"{spec.label} on {target}: {kernel}")
+                assert not kernel.from_disk
+            built[target] = list(zip(specs, kernels))
+        return built[target]
+
+    yield build
+    clear_memory_cache()
+
+
 @pytest.mark.parametrize("arch", ARCHS)
-def test_every_variant_compiles_without_spills(arch, cache):
+def test_every_variant_compiles_without_spills(arch, builds):
     target = Target.for_arch(arch)
-    specs = shipped_variants(target)
-    assert {s.head_dim for s in specs} == {32, 64, 96, 128, 256}
-    for spec in specs:
-        k = compile_kernel(spec, target, cache)
+    assert {s.head_dim for s, _ in builds(target)} == {32, 64, 96, 128, 256}
+    for spec, k in builds(target):
         res = k.resources
         assert k.binary[:4] == b"\x7fELF", "NVRTC must give a cubin, not PTX"
         assert res.spill_bytes == 0 and res.scratch_bytes == 0, f"{spec.label} on {arch}: {res}"
@@ -49,29 +72,27 @@ def test_every_variant_compiles_without_spills(arch, cache):
             assert res.registers == 65536 // spec.block_threads // 8 * 8, f"{spec.label}: {res}"
 
 
-def test_hopper_variants_use_warpgroup_mma(cache):
+def test_hopper_variants_use_warpgroup_mma(builds):
     """float16 / bfloat16 at d = 64, 96, 128 and 256 and float32 at d = 64 and 128 run the warpgroup MMA on sm_90:
     built for sm_90a, and ptxas keeps the asynchronous matrix instructions in flight (it reports where it has to
     serialize them)."""
-    target = Target.for_arch("sm_90")
-    specs = [s for s in shipped_variants(target) if s.tile.warpgroup_mma]
+    hopper = [(s, k) for s, k in builds(Target.for_arch("sm_90")) if s.tile.warpgroup_mma]
     expected = {(dt, d) for dt in ("float16", "bfloat16") for d in (64, 96, 128, 256)}
     expected |= {("float32", 64), ("float32", 128)}
-    assert {(s.dtype, s.head_dim) for s in specs} == expected
-    for spec in specs:
+    assert {(s.dtype, s.head_dim) for s, _ in hopper} == expected
+    for spec, kernel in hopper:
         assert spec.defines["PA_MMA_WGMMA"] == 1 and spec.tile.threads % 128 == 0
-        kernel = compile_kernel(spec, target, cache)
         assert kernel.arch == "sm_90a"
         assert "Potential Performance Loss" not in kernel.log, kernel.log
     assert not any(s.tile.warpgroup_mma for s in shipped_variants(Target.for_arch("sm_80")))
 
 
-def test_wave64_emulation_variants_compile(cache):
+def test_wave64_emulation_variants_compile(builds, cache):
     """The emulated 64-lane (gfx90a mapping) builds of every variant, and the prelude probe at both lane counts."""
     native = Target.for_arch("sm_90")
     target = native.with_lanes(64)
-    for spec in shipped_variants(target):  # a verification build: its speed (and spills) do not matter
-        assert spec.emulated and compile_kernel(spec, target, cache).resources.registers > 0
+    for spec, kernel in builds(target):  # a verification build: its speed (and spills) do not matter
+        assert spec.emulated and kernel.resources.registers > 0
     for t in (native, target):
         assert compile_kernel(prelude_probe(t), t, cache).binary[:4] == b"\x7fELF"
 
@@ -128,18 +149,14 @@ def test_compile_error_carries_log_and_source(src_copy, cache):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_cubin_records_agree_with_ptxas_report(arch):
-    from portattn.runtime import nvrtc
+def test_cubin_records_agree_with_ptxas_report(arch, builds):
     from portattn.runtime.resources import parse_cubin, parse_ptxas_log
 
     compared = 0
-    for spec in shipped_variants(Target.for_arch(arch)):
-        build_arch = nvrtc.build_arch(arch, spec.defines)
-        opts = nvrtc.options(build_arch, spec.defines)
-        binary, log = nvrtc.compile_source(sources.read_source("cuda", spec.filename), build_arch, opts)
-        if "Used" not in log:
+    for spec, kernel in builds(Target.for_arch(arch)):
+        if "Used" not in kernel.log:
             continue  # NVRTC 13.0 leaves the ptxas report out of the log after a process's first builds
-        assert parse_cubin(binary, spec.function) == parse_ptxas_log(log), spec.label
+        assert parse_cubin(kernel.binary, spec.function) == parse_ptxas_log(kernel.log), spec.label
         compared += 1
     if not compared:
         pytest.skip("this NVRTC returned no ptxas report to compare with")
