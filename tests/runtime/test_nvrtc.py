@@ -31,7 +31,6 @@ def cache(tmp_path):
 def builds(tmp_path_factory):
     """``builds(target)``: every shipped variant of ``target`` with its kernel, compiled once for this module, as many
     at a time as there are CPUs, into a cache of its own (nothing comes from an earlier build)."""
-    clear_memory_cache()
     cache = DiskCache(tmp_path_factory.mktemp("builds") / "cache")
     built = {}
 
