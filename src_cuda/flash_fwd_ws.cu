@@ -11,11 +11,15 @@
 // on the warpgroup MMA (pa_tile.cuh), as the matrix-unit kernel does: Q·K^T of tile t and P·V of tile t - 1 are issued
 // together and the softmax of tile t overlaps P·V. Two computing warpgroups take turns issuing their products (two
 // named barriers), so that one's softmax runs while the other's products have the unit. Masks: none or causal (the
-// plain build, pa_mask.cuh); the maps read past the sequence as zeros, and the softmax masks those keys.
+// plain build, pa_mask.cuh); with PA_MASK_EXT (built without the score modifiers, PA_SCORE_MOD 0) also windows and
+// packed sequences. The maps read past the tensors' ends as zeros, past a packed sequence's end the next sequence's
+// rows; the softmax masks those keys (their probabilities are exactly 0), and rows past a sequence's end are not
+// stored.
 // With PA_STORE_O_BULK (16-bit, two Q buffers) a computing warpgroup writes its normalized output rows into its rows
 // of the job's Q buffer (matrix stores) and one of its threads stores them with bulk tensor copies, which clip the
 // rows past the end; that thread releases the buffer once the copies have read it, after the next job's first
-// Q·K^T, so the stores run behind the next job's first products.
+// Q·K^T, so the stores run behind the next job's first products. (The maps clip rows only at the packed tensors' end:
+// the threads store a packed sequence's last rows from the buffer themselves.)
 //
 // float32: the unit reads split tiles (pa_tile.cuh). The copying warpgroups' other warps make them: each K tile is
 // split in place into its TF32 part and a second tile of the rest, and each V tile, copied into one of two landing
@@ -25,7 +29,7 @@
 //
 // Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80 or 128; float32: 32 or 64), PA_THREADS,
 // PA_TMA_STAGES, PA_Q_STAGES (Q buffers: with 2 the next job's Q is copied before the current one's last Q·K^T),
-// PA_STORE_O_BULK, PA_SMEM_BYTES, PA_BF16 or PA_F32, PA_MMA_WGMMA (1).
+// PA_STORE_O_BULK, PA_SMEM_BYTES, PA_BF16 or PA_F32, PA_MMA_WGMMA (1); PA_MASK_EXT with PA_SCORE_MOD 0.
 #include "pa_fwd_params.cuh"
 #include "pa_softmax.cuh"
 #include "pa_tile.cuh"
@@ -36,8 +40,8 @@
     !PA_MMA_WGMMA
 #error "the host defines PA_HEAD_DIM, PA_BLOCK_*, PA_THREADS, the stages, PA_STORE_O_BULK, PA_SMEM_BYTES, PA_MMA_WGMMA"
 #endif
-#if PA_MASK_EXT
-#error "the warp-specialized forward takes no mask, or the causal one"
+#if PA_SCORE_MOD
+#error "the warp-specialized forward takes no score modifiers (softcap, ALiBi, mask tensors)"
 #endif
 
 namespace {
@@ -161,14 +165,40 @@ PA_DEVICE Job job_of(const PaFwdParams& p, int unit, int part) {
     j.n_tiles = max(0, end - j.first);
     return j;
 }
-// The mask of every job: without packed sequences (this kernel takes none) it does not depend on the sequence.
-// The softmax reads it from the parameters where it is used, which keeps it out of the computing warps' registers.
-PA_DEVICE PaMask call_mask(const PaFwdParams& p) { return pa_seq(p, 0).mask; }
-// Calls f(job) for each query block of this block's units, in order.
+// The mask of a job. In the plain build it is the same for every job, and the softmax reads it from the parameters
+// where it is used, which keeps it out of the computing warps' registers.
+PA_DEVICE PaMask job_mask(const PaFwdParams& p, const Job& j) {
+#if PA_MASK_EXT
+    return j.seq.mask;
+#else
+    return pa_seq(p, 0).mask;
+#endif
+}
+// The batch coordinate of the job's rows in the tensor maps: packed sequences are rows of one batch.
+PA_DEVICE int map_batch(const PaFwdParams& p, const Job& j) {
+#if PA_MASK_EXT
+    return p.cu_seqlens_q != nullptr ? 0 : j.blk.b;
+#else
+    return j.blk.b;
+#endif
+}
+// Whether bulk stores of the job's rows [first, first + 64) stay within its sequence.
+PA_DEVICE bool bulk_store_fits(const PaFwdParams& p, const Job& j, int first) {
+#if PA_MASK_EXT
+    return p.cu_seqlens_q == nullptr || first + 64 <= j.seq.seqlen_q;
+#else
+    return true;
+#endif
+}
+// Calls f(job) for each query block of this block's units, in order; packed sequences shorter than the longest have
+// no rows in their last query blocks, which are skipped.
 template <class F>
 PA_DEVICE void for_each_job(const PaFwdParams& p, F&& f) {
     for (int unit = blockIdx.x; unit < p.num_units; unit += gridDim.x)
-        for (int part = 0; part < pa_unit_parts(p, unit); ++part) f(job_of(p, unit, part));
+        for (int part = 0; part < pa_unit_parts(p, unit); ++part) {
+            const Job j = job_of(p, unit, part);
+            if (!PA_MASK_EXT || j.blk.row0 < j.seq.seqlen_q) f(j);
+        }
 }
 
 }  // namespace
@@ -240,7 +270,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
                     pa_mbar_expect_bytes(bar, rows * COL_BLOCKS * ROW_ELEMS * (int)sizeof(pa_elem));
 #pragma unroll
                     for (int c = 0; c < COL_BLOCKS; ++c)
-                        pa_tma_load4(tile + c * rows * ROW_ELEMS, map, c * ROW_ELEMS, row, head, j.blk.b, bar);
+                        pa_tma_load4(tile + c * rows * ROW_ELEMS, map, c * ROW_ELEMS, row, head, map_batch(p, j), bar);
                 };
                 const int qs = jobs % Q_STAGES;
                 if (jobs >= Q_STAGES) pa_mbar_wait(q_empty + qs, (jobs / Q_STAGES - 1) & 1);
@@ -346,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
             if (O_BULK && tile == 0) release_stored_q();               // the previous job's output has been read by now
             if (!O_BULK && tile == n_tiles - 1) arrive(q_empty + qs);  // after the job's last one, its Q buffer
             const bool any_rescale =
-                pa_softmax_tile(s, sm, call_mask(p), mod, p.scale_log2, row0, BM, (j.first + tile) * BN);
+                pa_softmax_tile(s, sm, job_mask(p, j), mod, p.scale_log2, row0, BM, (j.first + tile) * BN);
             pa_tile_wait_all(pv);
             if (tile > 0) {
                 arrive(v_empty + prev);
@@ -377,10 +407,22 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
             pa_tile_store_rows_smem<BM>(q, acc[0], pa_wave_row<1>(0), inv);
             pa_wgmma_smem_fence();
             pa_named_sync(group_barrier(wg), 128);
-            if (threadIdx.x % 128 == 0) {
+            const int first = row0 + wg * 64;  // this warpgroup's first row
+            if (!bulk_store_fits(p, j, first)) {
+                // A packed sequence's last rows: the threads store those within it, 16 bytes at a time.
+                pa_elem* o = static_cast<pa_elem*>(p.o) + j.blk.b * p.o_sb + j.blk.h * p.o_sh + j.seq.q_start * p.o_sn;
+                constexpr int CHUNKS = D / PA_TILE_CHUNK;  // 16-byte chunks of a row
+                for (int i = threadIdx.x % 128; i < 64 * CHUNKS; i += 128) {
+                    const int row = first + i / CHUNKS, c = i % CHUNKS * PA_TILE_CHUNK;
+                    if (row < j.seq.seqlen_q)
+                        *reinterpret_cast<float4*>(o + row * p.o_sn + c) =
+                            *reinterpret_cast<const float4*>(q + pa_tile_offset<BM>(wg * 64 + i / CHUNKS, c));
+                }
+                arrive(q_empty + qs);
+            } else if (threadIdx.x % 128 == 0) {
 #pragma unroll
                 for (int c = 0; c < COL_BLOCKS; ++c)
-                    pa_tma_store4(&p.map_o, c * ROW_ELEMS, (int)j.seq.q_start + row0 + wg * 64, j.blk.h, j.blk.b,
+                    pa_tma_store4(&p.map_o, c * ROW_ELEMS, (int)j.seq.q_start + first, j.blk.h, map_batch(p, j),
                                   q + c * BM * ROW_ELEMS + wg * 64 * ROW_ELEMS);
                 pa_bulk_commit();
                 stored_q = qs;

@@ -17,8 +17,8 @@
 //   pa_mask_first_row(m, n0), pa_mask_rows_end(m, n0, cols)
 //                                            the query rows that see a key of [n0, n0 + cols) lie in [first, end)
 //
-// PaScoreMod (kernels compiled with PA_MASK_EXT, the extended masks): the softmax's logit of a visible score x of (row,
-// key) is
+// PaScoreMod (kernels compiled with PA_MASK_EXT and PA_SCORE_MOD, the extended masks with score modifiers): the
+// softmax's logit of a visible score x of (row, key) is
 //   softcap > 0:  softcap tanh(scale x / softcap), else scale x;
 //   minus alibi_slope |row + offset - key|, plus mask[row, key] (an additive mask of float32, float16 or bfloat16),
 //   or -inf where a boolean mask[row, key] is 0.
@@ -30,6 +30,14 @@
 
 #ifndef PA_MASK_EXT
 #define PA_MASK_EXT 0
+#endif
+// PA_SCORE_MOD 0 builds the extended masks (variable lengths, windows) without the score modifiers, which leaves their
+// registers to the kernels that run near the register limit.
+#ifndef PA_SCORE_MOD
+#define PA_SCORE_MOD PA_MASK_EXT
+#endif
+#if PA_SCORE_MOD && !PA_MASK_EXT
+#error "the score modifiers (PA_SCORE_MOD) come with the extended masks (PA_MASK_EXT)"
 #endif
 
 #define PA_MASK_NONE (1 << 30)
@@ -115,7 +123,7 @@ PA_DEVICE float pa_dlogit(const PaScoreMod& mod, float x, float) {
     return mod.scale * (1.f - th * th);
 }
 
-// The plain logits, the scores times the scale (kernels without PA_MASK_EXT). Where a function takes a score
+// The plain logits, the scores times the scale (kernels without PA_SCORE_MOD). Where a function takes a score
 // modifier, PaNoScoreMod{} stands for none.
 struct PaNoScoreMod {};
 template <class Mod>
@@ -183,8 +191,8 @@ PA_DEVICE PaSeq pa_seq(const Params& p, int b) {
 }
 
 // The score modifiers of head h of sequence b (members scale, softcap, alibi_slopes, alibi_sb, mask, mask_kind,
-// mask_sb / _sh / _sn): a PaScoreMod with PA_MASK_EXT, else PaNoScoreMod.
-#if PA_MASK_EXT
+// mask_sb / _sh / _sn): a PaScoreMod with PA_SCORE_MOD, else PaNoScoreMod.
+#if PA_SCORE_MOD
 typedef PaScoreMod PaMod;
 template <class Params>
 PA_DEVICE PaScoreMod pa_seq_mod(const Params& p, const PaSeq& s, int b, int h) {

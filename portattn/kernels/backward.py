@@ -134,7 +134,8 @@ DQ_TILES: dict[str, Rows] = {
 # Extended-mask builds (PA_MASK_EXT): dK/dV rows that differ. On CDNA the bfloat16 kernel's 64-row query tiles at
 # d = 32 / 64 need flat scratch with the score modifiers' registers (ROCm 5.2): 32-row tiles.
 _AMD_DKDV_EXT = rows(("bfloat16",), {d: T(block_m=32, block_n=64, threads=256) for d in (32, 64)})
-# On sm_90 the warpgroup MMA kernel at d = 128 spills with the score modifiers' registers: the mma.sync tile.
+# On sm_90 the warpgroup MMA kernel at d = 128 spills with the score modifiers' registers: the mma.sync tile. Calls
+# without score modifiers (windows, packed sequences) take the warpgroup MMA rows in a build without them.
 DKDV_TILES_EXT: dict[str, Rows] = {
     "sm90": rows(HALF, {128: _NV_DKDV[("float16", 128)]}),
     "cdna2": _AMD_DKDV_EXT, "cdna3": _AMD_DKDV_EXT, "cdna4": _AMD_DKDV_EXT,
@@ -257,10 +258,11 @@ TABLES: dict[str, tuple[dict[str, Rows], dict[str, Rows]]] = {
 
 
 def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
-           mask_ext: bool = False) -> BwdPlan:
+           mask_ext: bool = False, score_mods: bool = True) -> BwdPlan:
     """The backward kernels for ``dtype`` and ``head_dim`` on ``target``; ``kernel`` ("mma" or "simt") asks for one
     implementation, ``mask_ext`` the extended-mask builds of the dK/dV and dQ kernels (the first kernel is the
-    same)."""
+    same): for a call without score modifiers (``score_mods`` False) the warpgroup MMA rows' builds without them,
+    else the rows of DKDV_TILES_EXT where there are some."""
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -277,11 +279,13 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     dkdv_rows, dq_rows = TABLES[chosen]
     prep_tile = T(block_m=PREP_THREADS // PREP_ROW_LANES, block_n=0, threads=PREP_THREADS, row_lanes=PREP_ROW_LANES)
     dkdv_tile = dkdv_rows[fam][key]
-    if chosen == "mma" and mask_ext:
+    lengths_only = mask_ext and not score_mods and dkdv_tile.warpgroup_mma
+    if chosen == "mma" and mask_ext and not lengths_only:
         dkdv_tile = DKDV_TILES_EXT.get(fam, {}).get(key, dkdv_tile)
-    base = BwdSpec(chosen, dtype, head_dim, dkdv_tile, target.lanes, target.emulated, mask_ext)
+    base = BwdSpec(chosen, dtype, head_dim, dkdv_tile, target.lanes, target.emulated, mask_ext,
+                   score_mods=not lengths_only)
     # The first kernel is the same for both implementations (it reads the input type, so it is built as "mma").
-    plan = BwdPlan(replace(base, kernel="mma", tile=prep_tile, stage="prep", mask_ext=False), base,
+    plan = BwdPlan(replace(base, kernel="mma", tile=prep_tile, stage="prep", mask_ext=False, score_mods=True), base,
                    replace(base, tile=dq_rows[fam][key], stage="dq"))
     for spec in plan.specs:
         spec.check_fits(target)
@@ -294,15 +298,17 @@ def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
 
 
 def shipped_variants(target: Target) -> list[BwdSpec]:
-    """Every backward kernel portattn can use on ``target``, plain and with the extended masks."""
+    """Every backward kernel portattn can use on ``target``: plain, with the extended masks, and with those but no
+    score modifiers."""
     fam = target.family
     specs: list[BwdSpec] = []
-    for mask_ext in (False, True):
+    for mask_ext, score_mods in ((False, True), (True, True), (True, False)):
         for kernel, (dkdv_rows, _) in TABLES.items():
             for dt in DTYPES:
                 for d in HEAD_DIMS:
                     if (dt, d) in dkdv_rows.get(fam, {}):
-                        specs += [s for s in select(target, dt, d, kernel, mask_ext).specs if s not in specs]
+                        plan = select(target, dt, d, kernel, mask_ext, score_mods)
+                        specs += [s for s in plan.specs if s not in specs]
     return specs
 
 
@@ -355,7 +361,7 @@ def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
 
 def _plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dq: torch.Tensor,
           dk: torch.Tensor, dv: torch.Tensor, deterministic: bool, masking: Masking, target: Target) -> BwdLaunches:
-    plan = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended)
+    plan = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended, masking.modified)
     heads_q, heads_kv = q.shape[1], k.shape[1]
     rows_shape = q.shape[:3]  # the row arrays: per packed row for variable lengths
     batch, seqlen_q, seqlen_k = masking.lengths(q, k)

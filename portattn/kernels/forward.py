@@ -7,8 +7,8 @@ kernel. Parameters: ``PaFwdParams`` (``pa_fwd_params.cuh``).
 
 Tuning is data: ``MMA_TILES``, ``WS_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile, and
 ``WS_TILES_LONG`` holds the warp-specialized rows that differ for long calls (``LONG_SEQLEN``). For a call without
-extended masks the warp-specialized row wins where there is one, then the matrix-unit row; a shape with no row in
-any table is not supported, and the error says so.
+score modifiers (windows and packed sequences included) the warp-specialized row wins where there is one, then the
+matrix-unit row; a shape with no row in any table is not supported, and the error says so.
 """
 from __future__ import annotations
 
@@ -153,7 +153,8 @@ MMA_TILES_EXT: dict[str, Rows] = {
 
 # Hopper, warp-specialized kernel (flash_fwd_ws.cu): one copying warpgroup feeds the computing warpgroups (64 query
 # rows each) through bulk tensor copies into `stages` K and V buffers; persistent blocks, one per SM. A row here
-# takes the plain and causal calls of every length from the matrix-unit kernel (at d = 64 and 128-512 queries
+# takes the calls without score modifiers (windows and packed sequences in a build of their own) of every length
+# from the matrix-unit kernel (at d = 64 and 128-512 queries
 # 1.2-1.3x the matrix-unit kernel's two blocks per SM). d = 64, 96 and 128: 128-key tiles, two computing warpgroups
 # taking turns (d = 96 / 128: a third stage measured the same; d = 64: three stages, 1.00-1.02x two; four ran
 # 1.03-1.09x three from 128 to 2048 queries on an H200 but 0.96-1.00x on an H100 (bf16, four rounds of alternating
@@ -185,6 +186,13 @@ WS_TILES: dict[str, Rows] = {
 LONG_SEQLEN = 2048
 WS_TILES_LONG: dict[str, Rows] = {
     "sm90": rows(HALF, {64: T(block_m=192, block_n=128, threads=512, warpgroup_mma=True, stages=2)}),
+}
+
+# Windows and packed sequences without score modifiers: the warp-specialized rows built without them (PA_MASK_EXT,
+# PA_SCORE_MOD 0), where each job's mask and sequence fit the registers. float32 and d = 256 spill there (52-144
+# bytes), and so does the long d = 64 row (284 bytes): those calls take the matrix-unit kernel.
+WS_TILES_EXT: dict[str, Rows] = {
+    "sm90": {key: tile for key, tile in WS_TILES["sm90"].items() if key[0] in HALF and key[1] != 256},
 }
 
 TABLES: dict[str, dict[str, Rows]] = {"mma": MMA_TILES, "simt": SIMT_TILES, "ws": WS_TILES}
@@ -250,12 +258,14 @@ class FwdSpec(KernelSpec):
 
 
 def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None, mask_ext: bool = False,
-           seqlen: int | None = None) -> FwdSpec:
+           seqlen: int | None = None, score_mods: bool = True) -> FwdSpec:
     """The forward variant for ``dtype`` and ``head_dim`` on ``target``: the warp-specialized kernel where the
-    tables have a row for it (not with ``mask_ext``), else the matrix-unit kernel, else the simt kernel; ``kernel``
-    ("ws", "mma" or "simt") asks for one of them. ``mask_ext``: the extended-mask build (its row of MMA_TILES_EXT
-    where there is one). ``seqlen``, the call's length (the shorter of its query rows and the keys a row sees, half
-    the keys under a causal mask), picks the row of WS_TILES_LONG from LONG_SEQLEN on."""
+    tables have a row for it (not for score modifiers), else the matrix-unit kernel, else the simt kernel; ``kernel``
+    ("ws", "mma" or "simt") asks for one of them. ``mask_ext``: an extended-mask build, the warp-specialized one
+    without the score modifiers where the call has none (``score_mods`` False) and WS_TILES_EXT has a row, else the
+    matrix-unit one (its row of MMA_TILES_EXT where there is one). ``seqlen``, the call's length (the shorter of its
+    query rows and the keys a row sees, half the keys under a causal mask), picks the row of WS_TILES_LONG from
+    LONG_SEQLEN on (plain and causal calls)."""
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -264,11 +274,13 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     if kernel is not None and kernel not in FwdSpec.KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(FwdSpec.KERNELS)} or None, got {kernel!r}")
     key = (dtype, head_dim)
-    if kernel is None and not mask_ext and key in WS_TILES.get(fam, {}):
+    ws_rows = WS_TILES_EXT if mask_ext else WS_TILES
+    if kernel is None and not (mask_ext and score_mods) and key in ws_rows.get(fam, {}):
         kernel = "ws"
     chosen = kernel or next((k for k in ("mma", "simt") if key in TABLES[k][fam]), None)
-    if chosen == "ws" and mask_ext:
-        raise NotImplementedError("the warp-specialized forward takes no mask or the causal one")
+    if chosen == "ws" and mask_ext and (score_mods or key not in ws_rows.get(fam, {})):
+        what = "score modifiers (softcap, ALiBi, masks)" if score_mods else f"windows or packed sequences at {key}"
+        raise NotImplementedError(f"the warp-specialized forward takes no {what}")
     if chosen is None or key not in TABLES[chosen].get(fam, {}):
         which = f"{kernel} kernel" if kernel else "kernel"
         raise NotImplementedError(f"{dtype} attention has no {which} for {target.tuning_arch} at head dim "
@@ -276,9 +288,10 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     tile = TABLES[chosen][fam][key]
     if chosen == "mma" and mask_ext:
         tile = MMA_TILES_EXT.get(fam, {}).get(key, tile)
-    elif chosen == "ws" and seqlen is not None and seqlen >= LONG_SEQLEN:
+    elif chosen == "ws" and not mask_ext and seqlen is not None and seqlen >= LONG_SEQLEN:
         tile = WS_TILES_LONG.get(fam, {}).get(key, tile)
-    spec = FwdSpec(chosen, dtype, head_dim, tile, target.lanes, target.emulated, mask_ext)
+    spec = FwdSpec(chosen, dtype, head_dim, tile, target.lanes, target.emulated, mask_ext,
+                   score_mods=not (chosen == "ws" and mask_ext))
     spec.check_fits(target)
     return spec
 
@@ -292,7 +305,7 @@ def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
 def shipped_variants(target: Target) -> list[FwdSpec]:
     """Every forward variant portattn can use on ``target``: each table row of the matrix-unit and simt kernels,
     then the warp-specialized rows (short and long calls), then the extended-mask builds of the matrix-unit and
-    simt rows."""
+    simt rows and of the warp-specialized ones (without the score modifiers)."""
     fam = target.family
     keys = [(dt, d) for dt in DTYPES for d in HEAD_DIMS]
     pairs = [(k, dt, d) for k in ("mma", "simt") for dt, d in keys if (dt, d) in TABLES[k][fam]]
@@ -301,6 +314,8 @@ def shipped_variants(target: Target) -> list[FwdSpec]:
     long = [(dt, d) for dt, d in keys if (dt, d) in WS_TILES_LONG.get(fam, {})]
     specs += [select(target, dt, d, "ws", seqlen=LONG_SEQLEN) for dt, d in long]
     ext = [select(target, dt, d, k, mask_ext=True) for k, dt, d in pairs]
+    ext += [select(target, dt, d, "ws", mask_ext=True, score_mods=False) for dt, d in keys
+            if (dt, d) in WS_TILES_EXT.get(fam, {})]
     return specs + ext
 
 
@@ -338,7 +353,8 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
           masking: Masking, target: Target, tweak) -> loader.Launch:
     batch, seqlen_q, seqlen_k = masking.lengths(q, k)
     keys = seqlen_k // 2 if masking.causal else seqlen_k  # a causal row sees half the keys on average
-    spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended, min(seqlen_q, keys))
+    spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended, min(seqlen_q, keys),
+                  masking.modified)
     if tweak is not None:
         spec = tweak(spec)
     fn = loader.kernel_function(spec, target, q.device.index)

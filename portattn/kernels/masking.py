@@ -4,7 +4,8 @@ Query row i is aligned with key i + offset (offset 0: upper-left, SDPA's causal;
 bottom-right, flash-attn's) and sees the keys in [i + offset - left, i + offset + right]; ``NONE`` leaves a side
 unbounded. Score modifiers (softcap, ALiBi slopes, an attention mask tensor) change the logits. Variable-length
 batches give each sequence's first row in packed tensors (``cu_seqlens``). Everything beyond a causal or no mask
-needs the kernels compiled with ``PA_MASK_EXT`` (``Masking.extended``).
+needs the kernels compiled with ``PA_MASK_EXT`` (``Masking.extended``), the score modifiers also ``PA_SCORE_MOD``
+(``Masking.modified``; the Hopper kernels that run at the register limit have builds without them).
 """
 from __future__ import annotations
 
@@ -48,8 +49,12 @@ class Masking:
     @property
     def extended(self) -> bool:
         """Whether the kernels need PA_MASK_EXT for this call."""
-        return (self.left != NONE or self.varlen or self.softcap > 0 or self.alibi is not None
-                or self.mask is not None)
+        return self.left != NONE or self.varlen or self.modified
+
+    @property
+    def modified(self) -> bool:
+        """Whether a score modifier changes the logits (softcap, ALiBi slopes, a mask tensor: PA_SCORE_MOD)."""
+        return self.softcap > 0 or self.alibi is not None or self.mask is not None
 
     @property
     def varlen(self) -> bool:

@@ -70,9 +70,14 @@ class KernelSpec:
     lanes: int
     emulated: bool = False  # wave64 emulation on NVIDIA (verification mode)
     mask_ext: bool = False  # windows, variable lengths, softcap, ALiBi, mask tensors (PA_MASK_EXT)
+    score_mods: bool = True  # with mask_ext, False: windows and variable lengths only (PA_SCORE_MOD 0)
     test_defines: tuple[tuple[str, int], ...] = ()  # set only by portattn.testing
 
     KERNELS: ClassVar[dict[str, tuple[str, str]]] = {}
+
+    def __post_init__(self) -> None:
+        if not (self.score_mods or self.mask_ext):
+            raise ValueError("a build without the score modifiers is one of the extended masks (mask_ext)")
 
     @property
     def filename(self) -> str:
@@ -109,6 +114,8 @@ class KernelSpec:
             defines["PA_F32"] = 1
         if self.mask_ext:
             defines["PA_MASK_EXT"] = 1
+        if not self.score_mods:
+            defines["PA_SCORE_MOD"] = 0
         return defines | self.family_defines() | dict(self.test_defines)
 
     @property
@@ -131,7 +138,7 @@ class KernelSpec:
     @property
     def options(self) -> list[str]:
         """The tile's options and the build's, e.g. ["wgmma", "ext masks"]."""
-        return [*self.tile.options, *["ext masks"] * self.mask_ext]
+        return [*self.tile.options, *["ext masks"] * self.mask_ext, *["no score mods"] * (not self.score_mods)]
 
     @property
     def label(self) -> str:

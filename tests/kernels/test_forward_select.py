@@ -1,10 +1,12 @@
-"""The forward's tile tables and variant choice on each arch family, with fake devices (no GPU needed)."""
+"""The forward's tile tables and variant choice on each arch family (and the backward's for the extended masks), with
+fake devices (no GPU needed)."""
 
 from dataclasses import replace
 
 import pytest
 
 from portattn import UnsupportedTargetError
+from portattn.kernels import backward
 from portattn.kernels.forward import LONG_SEQLEN, select, shipped_variants
 from portattn.kernels.variant import HEAD_DIMS, TileConfig
 from portattn.runtime.target import KNOWN_ARCHS, Target
@@ -107,6 +109,46 @@ def test_hopper_plain_16bit_calls_take_the_warp_specialized_kernel():
     with pytest.raises(NotImplementedError, match="no ws kernel"):
         select(Target.for_arch("sm_80"), "float16", 128, "ws")
     assert len(set(shipped_variants(hopper))) == len(shipped_variants(hopper))
+
+
+def test_windows_and_packed_sequences_without_score_modifiers_take_the_hopper_kernels():
+    """Calls with windows or packed sequences but no score modifiers take the warp-specialized forward and the
+    warpgroup-MMA backward in builds without the modifiers (PA_SCORE_MOD 0) where those fit the registers; calls with
+    modifiers, float32 and d = 256 keep the extended-mask builds of the other kernels, and other targets are
+    unchanged."""
+    hopper, ampere, mi210 = Target.for_arch("sm_90"), Target.for_arch("sm_80"), Target.for_arch("gfx90a")
+    for dtype in ("float16", "bfloat16", "float32"):
+        for d in HEAD_DIMS:
+            modified = select(hopper, dtype, d, mask_ext=True)
+            assert modified.score_mods and modified.kernel != "ws" and "PA_SCORE_MOD" not in modified.defines
+            lengths = select(hopper, dtype, d, mask_ext=True, seqlen=LONG_SEQLEN, score_mods=False)
+            if dtype != "float32" and d in (64, 96, 128):
+                assert lengths.kernel == "ws" and not lengths.score_mods and lengths.mask_ext
+                assert lengths.defines["PA_MASK_EXT"] == 1 and lengths.defines["PA_SCORE_MOD"] == 0
+                assert lengths.tile == select(hopper, dtype, d).tile  # the short-call row, also for long calls
+                assert lengths in shipped_variants(hopper) and "no score mods" in lengths.label
+            else:
+                assert lengths == modified
+                with pytest.raises(NotImplementedError, match="windows or packed sequences"):
+                    select(hopper, dtype, d, "ws", mask_ext=True, score_mods=False)
+            for other in (ampere, mi210):
+                assert select(other, dtype, d, mask_ext=True, score_mods=False) == select(other, dtype, d,
+                                                                                          mask_ext=True)
+        with pytest.raises(NotImplementedError, match="score modifiers"):
+            select(hopper, dtype, 128, "ws", mask_ext=True)
+    for dtype in ("float16", "bfloat16"):
+        for d in (64, 128):
+            plan = backward.select(hopper, dtype, d, mask_ext=True, score_mods=False)
+            assert plan.dkdv.tile.warpgroup_mma and plan.dkdv.tile == backward.select(hopper, dtype, d).dkdv.tile
+            assert all(not s.score_mods for s in plan.specs[1:]) and plan.prep == backward.select(hopper, dtype, d).prep
+            assert set(plan.specs) <= set(backward.shipped_variants(hopper))
+        # with the modifiers d = 128 keeps the mma.sync kernel (the warpgroup MMA one spills)
+        assert not backward.select(hopper, dtype, 128, mask_ext=True).dkdv.tile.warpgroup_mma
+    for arch in (ampere, mi210):
+        assert backward.select(arch, "float16", 64, mask_ext=True, score_mods=False) == backward.select(
+            arch, "float16", 64, mask_ext=True)
+    with pytest.raises(ValueError, match="extended masks"):
+        replace(select(hopper, "float16", 64), score_mods=False)
 
 
 def test_bulk_output_stores_go_with_two_q_buffers():
