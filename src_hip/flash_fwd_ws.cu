@@ -14,8 +14,8 @@
 // named barriers), so that one's softmax runs while the other's products have the unit. Masks: none or causal (the
 // plain build, pa_mask.cuh); with PA_MASK_EXT (built without the score modifiers, PA_SCORE_MOD 0) also windows and
 // packed sequences. The maps read past the tensors' ends as zeros, past a packed sequence's end the next sequence's
-// rows; the softmax masks those keys (their probabilities are exactly 0), and rows past a sequence's end are not
-// stored.
+// rows; the softmax masks those keys (their probabilities are exactly 0, though a non-finite V row there still makes
+// a NaN), and rows past a sequence's end are not stored.
 // With PA_STORE_O_BULK (16-bit, two Q buffers) a computing warpgroup writes its normalized output rows into its rows
 // of the job's Q buffer (matrix stores) and one of its threads stores them with bulk tensor copies, which clip the
 // rows past the end; that thread releases the buffer once the copies have read it, after the next job's first
