@@ -188,11 +188,16 @@ WS_TILES_LONG: dict[str, Rows] = {
     "sm90": rows(HALF, {64: T(block_m=192, block_n=128, threads=512, warpgroup_mma=True, stages=2)}),
 }
 
-# Windows and packed sequences without score modifiers: the warp-specialized rows built without them (PA_MASK_EXT,
-# PA_SCORE_MOD 0), where each job's mask and sequence fit the registers. float32 and d = 256 spill there (52-144
-# bytes), and so does the long d = 64 row (284 bytes): those calls take the matrix-unit kernel.
+# Windows and packed sequences without score modifiers: warp-specialized rows built without them (PA_MASK_EXT,
+# PA_SCORE_MOD 0), whose jobs hold their sequence and mask in registers. The WS_TILES rows, except where those spill
+# (16-bit d = 256 on 80-key tiles: 52 bytes, float32 d = 64 on 64-key tiles: 144-160; NVRTC 13.5 / 13.0), which take
+# shorter key tiles; the long d = 64 row spills 284 bytes and is not used.
 WS_TILES_EXT: dict[str, Rows] = {
-    "sm90": {key: tile for key, tile in WS_TILES["sm90"].items() if key[0] in HALF and key[1] != 256},
+    "sm90": WS_TILES["sm90"] | rows(HALF, {
+        256: T(block_m=128, block_n=64, threads=384, warpgroup_mma=True, stages=2),
+    }) | rows(("float32",), {
+        64: T(block_m=128, block_n=32, threads=512, warpgroup_mma=True, stages=2),
+    }),
 }
 
 TABLES: dict[str, dict[str, Rows]] = {"mma": MMA_TILES, "simt": SIMT_TILES, "ws": WS_TILES}
@@ -288,6 +293,8 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     tile = TABLES[chosen][fam][key]
     if chosen == "mma" and mask_ext:
         tile = MMA_TILES_EXT.get(fam, {}).get(key, tile)
+    elif chosen == "ws" and mask_ext:
+        tile = ws_rows[fam][key]
     elif chosen == "ws" and not mask_ext and seqlen is not None and seqlen >= LONG_SEQLEN:
         tile = WS_TILES_LONG.get(fam, {}).get(key, tile)
     spec = FwdSpec(chosen, dtype, head_dim, tile, target.lanes, target.emulated, mask_ext,

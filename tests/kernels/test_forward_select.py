@@ -7,7 +7,7 @@ import pytest
 
 from portattn import UnsupportedTargetError
 from portattn.kernels import backward
-from portattn.kernels.forward import LONG_SEQLEN, select, shipped_variants
+from portattn.kernels.forward import LONG_SEQLEN, WS_TILES, WS_TILES_EXT, select, shipped_variants
 from portattn.kernels.variant import HEAD_DIMS, TileConfig
 from portattn.runtime.target import KNOWN_ARCHS, Target
 
@@ -112,20 +112,22 @@ def test_hopper_plain_16bit_calls_take_the_warp_specialized_kernel():
 
 
 def test_windows_and_packed_sequences_without_score_modifiers_take_the_hopper_kernels():
-    """Calls with windows or packed sequences but no score modifiers take the warp-specialized forward and the
-    warpgroup-MMA backward in builds without the modifiers (PA_SCORE_MOD 0) where those fit the registers; calls with
-    modifiers, float32 and d = 256 keep the extended-mask builds of the other kernels, and other targets are
-    unchanged."""
+    """Calls with windows or packed sequences but no score modifiers take the warp-specialized forward (every
+    head dim it has) and the warpgroup-MMA backward in builds without the modifiers (PA_SCORE_MOD 0); calls with
+    modifiers keep the extended-mask builds of the other kernels, and other targets are unchanged."""
     hopper, ampere, mi210 = Target.for_arch("sm_90"), Target.for_arch("sm_80"), Target.for_arch("gfx90a")
     for dtype in ("float16", "bfloat16", "float32"):
         for d in HEAD_DIMS:
             modified = select(hopper, dtype, d, mask_ext=True)
             assert modified.score_mods and modified.kernel != "ws" and "PA_SCORE_MOD" not in modified.defines
             lengths = select(hopper, dtype, d, mask_ext=True, seqlen=LONG_SEQLEN, score_mods=False)
-            if dtype != "float32" and d in (64, 96, 128):
+            assert ((dtype, d) in WS_TILES_EXT["sm90"]) == ((dtype, d) in WS_TILES["sm90"])
+            if (dtype, d) in WS_TILES_EXT["sm90"]:
                 assert lengths.kernel == "ws" and not lengths.score_mods and lengths.mask_ext
                 assert lengths.defines["PA_MASK_EXT"] == 1 and lengths.defines["PA_SCORE_MOD"] == 0
-                assert lengths.tile == select(hopper, dtype, d).tile  # the short-call row, also for long calls
+                plain = select(hopper, dtype, d).tile  # the short-call row, also for long calls, or shorter keys
+                assert lengths.tile == replace(plain, block_n=lengths.tile.block_n)
+                assert lengths.tile.block_n <= plain.block_n
                 assert lengths in shipped_variants(hopper) and "no score mods" in lengths.label
             else:
                 assert lengths == modified
