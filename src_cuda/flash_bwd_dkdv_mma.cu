@@ -67,8 +67,8 @@ constexpr int MMA_REGS = 240;
 static_assert(PA_THREADS * MMA_REGS + WRITERS * WRITER_REGS <= pa_launch_regs(BLOCK_THREADS) * BLOCK_THREADS,
               "the warpgroups ask for more registers than the block holds: setmaxnreg would wait forever");
 // The dQ tile, then its full and empty transaction barriers, then the full and empty barriers of each buffer of the
-// query tiles.
-constexpr int DQ_BYTES = 4 * BM * LDQ + 16 + 16 * STAGES;
+// query tiles, then the barrier on which a packed sequence's last query tile lands.
+constexpr int DQ_BYTES = 4 * BM * LDQ + 16 + 16 * STAGES + 8;
 constexpr int ALIGN_SLACK = 1024 - 16;
 // Element offset of (query, key) in the dS tile.
 PA_DEVICE int ds_offset(int query, int key) { return pa_tile_offset<BM>(query, key & ~7) + (key & 7); }
@@ -169,26 +169,42 @@ PA_DEVICE void write_dq(const float* dq_s, unsigned long long* full, unsigned lo
     }
 }
 
-// The copying warp's first thread: for each of the block's `tiles` query tiles, wait until every computing warp has
-// released the tile's buffer (tile t - STAGES was in it), then copy the tile's Q and dO rows into it with bulk tensor
-// copies completing on its `full` barrier. tile_at(t, row, head) gives the tile's first row and its head; `batch` is
-// the maps' batch index.
+// The copying warp: for each of the block's `tiles` query tiles, wait until every computing warp has released the
+// tile's buffer (tile t - STAGES was in it), then copy the tile's Q and dO rows into it with bulk tensor copies (its
+// first lane) completing on its `full` barrier. tile_at(t, row, head, valid) gives the tile's first row, its head and
+// its rows within the sequence; `batch` is the maps' batch index. A packed sequence's last tile (valid < BM) lands on
+// `landed` instead: the warp zeroes its rows past the end (the next sequence's, which through P = 0 and dS = 0 would
+// still turn a non-finite value into NaN), then completes `full` itself.
 template <class TileAt>
 PA_DEVICE void copy_query_tiles(const PaBwdParams& p, pa_elem* q_s, pa_elem* do_s, unsigned long long* full,
-                                unsigned long long* empty, int tiles, int batch, const TileAt& tile_at) {
+                                unsigned long long* empty, unsigned long long* landed, int tiles, int batch,
+                                const TileAt& tile_at) {
     constexpr int W = PA_TILE_ROW_ELEMS;
     static_assert(D % W == 0, "bulk copies of whole 128-byte column blocks");
+    const int lane = pa_lane_id();
+    int partial = 0;  // tiles that landed on `landed` so far: its phase
 #pragma unroll 1
     for (int t = 0; t < tiles; ++t) {
         const int buf = t % STAGES;
-        int row, head;
-        tile_at(t, row, head);
+        int row, head, valid;
+        tile_at(t, row, head, valid);
+        unsigned long long* bar = valid < BM ? landed : full + buf;
         if (t >= STAGES) pa_mbar_wait(empty + buf, (t / STAGES - 1) & 1);
-        pa_mbar_expect_bytes(full + buf, 2 * QT * (int)sizeof(pa_elem));
+        if (lane == 0) {
+            pa_mbar_expect_bytes(bar, 2 * QT * (int)sizeof(pa_elem));
 #pragma unroll
-        for (int c = 0; c < D / W; ++c) {
-            pa_tma_load4(q_s + buf * QT + c * BM * W, &p.map_q, c * W, row, head, batch, full + buf);
-            pa_tma_load4(do_s + buf * QT + c * BM * W, &p.map_do, c * W, row, head, batch, full + buf);
+            for (int c = 0; c < D / W; ++c) {
+                pa_tma_load4(q_s + buf * QT + c * BM * W, &p.map_q, c * W, row, head, batch, bar);
+                pa_tma_load4(do_s + buf * QT + c * BM * W, &p.map_do, c * W, row, head, batch, bar);
+            }
+        }
+        if (valid < BM) {
+            pa_mbar_wait(landed, partial++ & 1);
+            pa_tile_zero_rows<BM>(q_s + buf * QT, valid, lane, PA_WARP_SIZE);
+            pa_tile_zero_rows<BM>(do_s + buf * QT, valid, lane, PA_WARP_SIZE);
+            pa_wgmma_smem_fence();
+            pa_warp_sync();
+            if (lane == 0) pa_mbar_arrive(full + buf);
         }
     }
 }
@@ -258,6 +274,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
     // Each buffer's query tiles: landed (the copies' bytes), released (every computing warp arrives).
     unsigned long long* q_full = dq_empty + 1;
     unsigned long long* q_empty = q_full + STAGES;
+    unsigned long long* q_landed = q_empty + STAGES;  // a packed sequence's last query tile has landed
     if (threadIdx.x == 0) {
         pa_mbar_init(dq_full, PA_THREADS);
         pa_mbar_init(dq_empty, DQ_WRITERS);
@@ -265,6 +282,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
             pa_mbar_init(q_full + i, 1);
             pa_mbar_init(q_empty + i, WAVES);
         }
+        pa_mbar_init(q_landed, 1);
         pa_mbar_init_fence();
     }
     __syncthreads();
@@ -293,11 +311,13 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
 #if PA_MMA_WGMMA
     if (threadIdx.x >= PA_THREADS) {  // the copying warp and the dQ writers
         pa_regs_dec<WRITER_REGS>();
-        if (threadIdx.x == PA_THREADS)
-            copy_query_tiles(p, q_s, do_s, q_full, q_empty, tiles, p.cu_seqlens_q != nullptr ? 0 : b,
-                             [&](int t, int& row, int& head) {
+        if (threadIdx.x < PA_THREADS + PA_WARP_SIZE)
+            copy_query_tiles(p, q_s, do_s, q_full, q_empty, q_landed, tiles, p.cu_seqlens_q != nullptr ? 0 : b,
+                             [&](int t, int& row, int& head, int& valid) {
                                  head = tile_head(t);
                                  row = (int)seq.q_start + tile_row(t);
+                                 // the maps give zeros past the end of a tensor, not of a packed sequence
+                                 valid = p.cu_seqlens_q != nullptr ? min(BM, seq.seqlen_q - tile_row(t)) : BM;
                              });
         else if (threadIdx.x >= PA_THREADS + PA_WARP_SIZE && p.dq_atomic)
             write_dq(dq_s, dq_full, dq_empty, tiles, [&](int t, float*& dst, int& valid) {
@@ -331,8 +351,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
         const pa_i64 row = pa_bwd_row0(p, seq, b, h) + m0;
         for (int i = threadIdx.x; i < BM; i += PA_THREADS) {
 #if PA_MMA_WGMMA
-            // Rows past the end add nothing: the bulk copies bring zeros there, or the next packed sequence's rows,
-            // and an infinite LSE gives them P = 0 (and dS = 0).
+            // Rows past the end add nothing: the bulk copies bring zeros there (the copying warp zeroes a packed
+            // sequence's next rows), and an infinite LSE gives them P = 0 (and dS = 0).
             if (m0 + i >= seq.seqlen_q) {
                 lse_s[buf * BM + i] = __int_as_float(0x7f800000);
                 delta_s[buf * BM + i] = 0.f;

@@ -63,6 +63,9 @@ PA_DEVICE void pa_tma_store4(const PaTensorMap* map, int c0, int c1, int c2, int
 PA_DEVICE void pa_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 PA_DEVICE void pa_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 
+// The lanes of this warp meet; their shared-memory writes before it are visible to each other after it.
+PA_DEVICE void pa_warp_sync() { __syncwarp(); }
+
 // Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads: sync waits, arrive does not.
 PA_DEVICE void pa_named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -14,8 +14,8 @@
 // named barriers), so that one's softmax runs while the other's products have the unit. Masks: none or causal (the
 // plain build, pa_mask.cuh); with PA_MASK_EXT (built without the score modifiers, PA_SCORE_MOD 0) also windows and
 // packed sequences. The maps read past the tensors' ends as zeros, past a packed sequence's end the next sequence's
-// rows; the softmax masks those keys (their probabilities are exactly 0, though a non-finite V row there still makes
-// a NaN), and rows past a sequence's end are not stored.
+// rows: the softmax masks those keys, and their V rows are zeroed before P·V (whatever they hold, NaN included, adds
+// nothing); query rows past a sequence's end are not stored.
 // With PA_STORE_O_BULK (16-bit, two Q buffers) a computing warpgroup writes its normalized output rows into its rows
 // of the job's Q buffer (matrix stores) and one of its threads stores them with bulk tensor copies, which clip the
 // rows past the end; that thread releases the buffer once the copies have read it, after the next job's first
@@ -100,8 +100,9 @@ PA_DEVICE int group_barrier(int w) { return 3 + w; }
 
 #if PA_F32
 // float32, one of the CONVERTERS threads (`id`): split the K tiles in place and transpose the V tiles into their
-// stages, tile by tile, for the computing warpgroups: the block's tiles [tiles, tiles + n_tiles).
-PA_DEVICE void convert_tiles(int id, int tiles, int n_tiles, pa_elem* k_s, pa_elem* v_s, pa_elem* v_land,
+// stages, tile by tile, for the computing warpgroups: the block's tiles [tiles, tiles + n_tiles), of which the last
+// holds `last_keys` keys of the sequence (its V rows past them become zeros).
+PA_DEVICE void convert_tiles(int id, int tiles, int n_tiles, int last_keys, pa_elem* k_s, pa_elem* v_s, pa_elem* v_land,
                              unsigned long long* k_full, unsigned long long* k_ready, unsigned long long* v_ready,
                              unsigned long long* v_empty, unsigned long long* land_full,
                              unsigned long long* land_empty) {
@@ -124,6 +125,7 @@ PA_DEVICE void convert_tiles(int id, int tiles, int n_tiles, pa_elem* k_s, pa_el
 
         pa_elem* v = v_s + st * PARTS * KV;
         const pa_elem* in = v_land + land * KV;
+        const int keys = t == tiles + n_tiles - 1 ? last_keys : BN;
         pa_mbar_wait(land_full + land, (t / V_LANDING) & 1);
         if (t >= STAGES) pa_mbar_wait(v_empty + st, (t / STAGES - 1) & 1);
 #pragma unroll 4
@@ -132,7 +134,7 @@ PA_DEVICE void convert_tiles(int id, int tiles, int n_tiles, pa_elem* k_s, pa_el
             if (TASKS % WARPS != 0 && task >= TASKS) break;
             const int key = task / (D / PA_TILE_CHUNK) * PA_WARP_SIZE + lane,
                       c = task % (D / PA_TILE_CHUNK) * PA_TILE_CHUNK;
-            const float4 x = pa_load4(in + pa_tile_offset<BN>(key, c));
+            const float4 x = key < keys ? pa_load4(in + pa_tile_offset<BN>(key, c)) : make_float4(0.f, 0.f, 0.f, 0.f);
             const float xs[4] = {x.x, x.y, x.z, x.w};
             const int col = pa_mma_pv_key_slot(key);
 #pragma unroll
@@ -182,6 +184,14 @@ PA_DEVICE int map_batch(const PaFwdParams& p, const Job& j) {
 #else
     return j.blk.b;
 #endif
+}
+// Keys of the job's last key tile within its sequence: BN, but for a packed sequence's last tile, whose rows past them
+// the bulk copies fill with the next sequence's.
+PA_DEVICE int last_tile_keys(const PaFwdParams& p, const Job& j) {
+#if PA_MASK_EXT
+    if (p.cu_seqlens_q != nullptr) return min(BN, j.seq.seqlen_k - (j.first + j.n_tiles - 1) * BN);
+#endif
+    return BN;
 }
 // Whether bulk stores of the job's rows [first, first + 64) stay within its sequence.
 PA_DEVICE bool bulk_store_fits(const PaFwdParams& p, const Job& j, int first) {
@@ -257,8 +267,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
 #if PA_F32
             int tiles = 0;
             for_each_job(p, [&](const Job& j) {
-                convert_tiles(copier - PA_WARP_SIZE, tiles, j.n_tiles, k_s, v_s, v_land, k_full, k_ready, v_ready,
-                              v_empty, land_full, land_empty);
+                convert_tiles(copier - PA_WARP_SIZE, tiles, j.n_tiles, last_tile_keys(p, j), k_s, v_s, v_land, k_full,
+                              k_ready, v_ready, v_empty, land_full, land_empty);
                 tiles += j.n_tiles;
             });
 #endif
@@ -389,6 +399,12 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
         if (n_tiles > 0) {
             const int last = (tiles + n_tiles - 1) % STAGES;
             pa_mbar_wait(v_ready + last, ((tiles + n_tiles - 1) / STAGES) & 1);
+            const int keys = last_tile_keys(p, j);
+            if (!F32 && keys < BN) {  // the next sequence's V rows, zeroed by each warpgroup (float32: when split)
+                pa_tile_zero_rows<BN>(v_s + last * KV, keys, threadIdx.x % 128, 128);
+                pa_wgmma_smem_fence();
+                pa_named_sync(group_barrier(wg), 128);
+            }
             take_turn();
             pa_tile_pv_start<1, ON, BN>(pv, probs, v_s + last * PARTS * KV);
             pass_turn();

@@ -62,6 +62,15 @@ PA_DEVICE int pa_tile_offset(int r, int c) {
     constexpr int W = PA_TILE_ROW_ELEMS;
     return (c / W) * ROWS * W + r * W + ((((c % W) / PA_TILE_CHUNK) ^ (r % 8)) * PA_TILE_CHUNK);
 }
+// Zero rows [from, ROWS) of a ROWS-row tile: thread `id` of `threads` takes every threads-th 16-byte chunk.
+template <int ROWS>
+PA_DEVICE void pa_tile_zero_rows(pa_elem* tile, int from, int id, int threads) {
+    constexpr int CHUNKS = PA_HEAD_DIM / PA_TILE_CHUNK;  // of a row
+#pragma unroll 1
+    for (int i = max(from, 0) * CHUNKS + id; i < ROWS * CHUNKS; i += threads)
+        *reinterpret_cast<float4*>(tile + pa_tile_offset<ROWS>(i / CHUNKS, i % CHUNKS * PA_TILE_CHUNK)) =
+            make_float4(0.f, 0.f, 0.f, 0.f);
+}
 #endif
 
 #if PA_MMA_WGMMA

@@ -214,11 +214,11 @@ class BwdSpec(KernelSpec):
     @property
     def smem_bytes(self) -> int:
         """mma dkdv: K and V tiles, ``stages`` buffers of Q and dO tiles (rows padded by 16 bytes), the dS tile
-        [block_m][block_n + 16 bytes] and ``stages`` buffers of the LSE and delta rows (warpgroup MMA: unpadded
-        swizzled rows, a float32 dQ tile [block_m][head_dim + 8] with its two transaction barriers, two per buffer
-        of the query tiles, and slack to align the tiles to 1024 bytes); mma dq: Q, dO, K and V tiles and the rows;
-        simt: the four float32 tiles (rows padded by 4 floats), the P and dS tiles (rows padded by one float) and the
-        rows. prep: none."""
+        [block_m][block_n + 16 bytes] and ``stages`` buffers of the LSE and delta rows (warpgroup MMA: unpadded swizzled
+        rows, a float32 dQ tile [block_m][head_dim + 8] with its two transaction barriers, two per buffer of the query
+        tiles and one for a packed sequence's last one, and slack to align the tiles to 1024 bytes); mma dq: Q, dO, K
+        and V tiles and the rows; simt: the four float32 tiles (rows padded by 4 floats), the P and dS tiles (rows
+        padded by one float) and the rows. prep: none."""
         t = self.tile
         if self.stage == "prep":
             return 0
@@ -229,7 +229,7 @@ class BwdSpec(KernelSpec):
         size = 4 if self.dtype == "float32" else 2
         if t.warpgroup_mma:
             tiles = (2 * t.block_n + 2 * t.stages * t.block_m) * self.head_dim + t.block_m * t.block_n
-            dq_tile = 4 * t.block_m * (self.head_dim + 8) + 16 + 16 * t.stages
+            dq_tile = 4 * t.block_m * (self.head_dim + 8) + 16 + 16 * t.stages + 8
             return size * tiles + 8 * t.stages * t.block_m + dq_tile + 1024 - 16
         row = self.head_dim + 16 // size
         if self.stage == "dkdv":

@@ -208,6 +208,38 @@ def check_varlen(gen, dtype, d, lens_q, lens_k, opts):
             assert err <= GRAD_TOL[dtype], (name, i, err)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_varlen_non_finite_rows_stay_in_their_sequence(gen, needs_backward, dtype, d, causal):
+    """Packed sequences whose tiles run past their end into rows holding inf and NaN (the next sequence's, and rows
+    after the last sequence): the other sequences' outputs and gradients are finite and equal their references."""
+    needs_backward(dtype, d)
+    lens, hq, hk = [100, 200, 150], 4, 2
+    total = sum(lens) + 70  # rows after the last sequence
+    q, k, v = rand(gen, dtype, total, hq, d), rand(gen, dtype, total, hk, d), rand(gen, dtype, total, hk, d)
+    dout = rand(gen, dtype, total, hq, d)
+    cq = _cu(lens).tolist()
+    poisoned = [slice(cq[1], cq[2]), slice(cq[3], total)]
+    for t, value in ((q, math.inf), (k, -math.inf), (v, math.nan), (dout, math.nan)):
+        for rows in poisoned:
+            t[rows] = value
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = flash_attn_varlen_func(*leaves, _cu(lens), _cu(lens), max(lens), max(lens), causal=causal)
+    got = torch.autograd.grad(out, leaves, dout)
+    for i in (0, 2):
+        rows = slice(cq[i], cq[i + 1])
+        seq = [t[rows].double().transpose(0, 1).unsqueeze(0).requires_grad_() for t in (q, k, v)]
+        ref, _ = reference_masked(*seq, causal=causal, bottom_right=True)
+        ref = ref[0].transpose(0, 1)
+        assert max_rel(out[rows], ref) <= OUT_TOL[dtype], ("out", i)
+        refs = [r[0].transpose(0, 1) for r in torch.autograd.grad(ref, seq, dout[rows].double())]
+        largest = max(float(r.abs().max()) for r in refs)
+        for name, g, r in zip(("dq", "dk", "dv"), got, refs):
+            assert bool(torch.isfinite(g[rows]).all()), (name, i)
+            assert float((g[rows].double() - r).abs().max()) / largest <= GRAD_TOL[dtype], (name, i)
+
+
 def test_varlen_offsets_outside_the_tensors_stay_inside(gen, needs_backward):
     """cu_seqlens are read on the GPU without a check by the host (flash-attn's contract): a sequence whose offsets
     leave the packed tensors, decrease or exceed max_seqlen is skipped by every kernel, forward and backward, with no
