@@ -320,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
                                  // the maps give zeros past the end of a tensor, not of a packed sequence
                                  valid = p.cu_seqlens_q != nullptr ? min(BM, seq.seqlen_q - tile_row(t)) : BM;
                              });
-        else if (threadIdx.x >= PA_THREADS + PA_WARP_SIZE && p.dq_atomic)
+        else if (p.dq_atomic)
             write_dq(dq_s, dq_full, dq_empty, tiles, [&](int t, float*& dst, int& valid) {
                 const int h = tile_head(t), m0 = tile_row(t);
                 dst = p.dq_accum + (pa_bwd_row0(p, seq, b, h) + m0) * D;

@@ -151,22 +151,21 @@ MMA_TILES_EXT: dict[str, Rows] = {
     }),
 }
 
-# Hopper, warp-specialized kernel (flash_fwd_ws.cu): one copying warpgroup feeds the computing warpgroups (64 query
-# rows each) through bulk tensor copies into `stages` K and V buffers; persistent blocks, one per SM. A row here
-# takes the calls without score modifiers (windows and packed sequences in a build of their own) of every length
-# from the matrix-unit kernel (at d = 64 and 128-512 queries
-# 1.2-1.3x the matrix-unit kernel's two blocks per SM). d = 64, 96 and 128: 128-key tiles, two computing warpgroups
-# taking turns (d = 96 / 128: a third stage measured the same; d = 64: three stages, 1.00-1.02x two; four ran
-# 1.03-1.09x three from 128 to 2048 queries on an H200 but 0.96-1.00x on an H100 (bf16, four rounds of alternating
-# processes); and 1.02-1.16x three computing warpgroups on 64-key tiles, whose scores are read from shared memory at
-# a higher rate per product); d = 256: 80-key tiles (5-10 % faster than 64-key tiles at N >= 4096; 128-key tiles
-# do not fit). A second Q buffer (the next job's Q copied while the current one's products run): d = 64 1.02-1.04x
-# from 1024 queries on, 0.98-1.04x below; d = 128 0.98-1.05x, and with the output leaving through the Q buffer
-# (stores_o_bulk) 1.09-1.15x at N = 1024 (H100, bf16). d = 128 with 80-key tiles in three or four stages ran
-# 0.72-1.00x these from 128 to 2048 queries (H200). float32 (TF32 products on split tiles, 224 KiB of shared
-# memory): d = 64 two computing warpgroups on 64-key tiles and two copying ones, d = 128 one on 32-key tiles and
-# three copying ones. The copying warpgroups' threads split and transpose the tiles, which bounds the kernel: each
-# copying warpgroup fewer ran 0.77-0.86x.
+# Hopper, warp-specialized kernel (flash_fwd_ws.cu): one copying warpgroup feeds the computing warpgroups (64 query rows
+# each) through bulk tensor copies into `stages` K and V buffers; persistent blocks, one per SM. A row here takes the
+# calls without score modifiers (windows and packed sequences in a build of their own, WS_TILES_EXT) of every length
+# from the matrix-unit kernel (at d = 64 and 128-512 queries 1.2-1.3x the matrix-unit kernel's two blocks per SM).
+# d = 64, 96 and 128: 128-key tiles, two computing warpgroups taking turns (d = 96 / 128: a third stage measured the
+# same; d = 64: three stages, 1.00-1.02x two; four ran 1.03-1.09x three from 128 to 2048 queries on an H200 but
+# 0.96-1.00x on an H100 (bf16, four rounds of alternating processes); and 1.02-1.16x three computing warpgroups on
+# 64-key tiles, whose scores are read from shared memory at a higher rate per product); d = 256: 80-key tiles (5-10 %
+# faster than 64-key tiles at N >= 4096; 128-key tiles do not fit). A second Q buffer (the next job's Q copied while the
+# current one's products run): d = 64 1.02-1.04x from 1024 queries on, 0.98-1.04x below; d = 128 0.98-1.05x, and with
+# the output leaving through the Q buffer (stores_o_bulk) 1.09-1.15x at N = 1024 (H100, bf16). d = 128 with 80-key tiles
+# in three or four stages ran 0.72-1.00x these from 128 to 2048 queries (H200). float32 (TF32 products on split tiles,
+# 224 KiB of shared memory): d = 64 two computing warpgroups on 64-key tiles and two copying ones, d = 128 one on 32-key
+# tiles and three copying ones. The copying warpgroups' threads split and transpose the tiles, which bounds the kernel:
+# each copying warpgroup fewer ran 0.77-0.86x.
 WS_TILES: dict[str, Rows] = {
     "sm90": rows(HALF, {
         64: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3, q_stages=2),
@@ -295,7 +294,7 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
         tile = MMA_TILES_EXT.get(fam, {}).get(key, tile)
     elif chosen == "ws" and mask_ext:
         tile = ws_rows[fam][key]
-    elif chosen == "ws" and not mask_ext and seqlen is not None and seqlen >= LONG_SEQLEN:
+    elif chosen == "ws" and seqlen is not None and seqlen >= LONG_SEQLEN:
         tile = WS_TILES_LONG.get(fam, {}).get(key, tile)
     spec = FwdSpec(chosen, dtype, head_dim, tile, target.lanes, target.emulated, mask_ext,
                    score_mods=not (chosen == "ws" and mask_ext))
