@@ -134,7 +134,7 @@ PA_DEVICE void convert_tiles(int id, int tiles, int n_tiles, int last_keys, pa_e
             if (TASKS % WARPS != 0 && task >= TASKS) break;
             const int key = task / (D / PA_TILE_CHUNK) * PA_WARP_SIZE + lane,
                       c = task % (D / PA_TILE_CHUNK) * PA_TILE_CHUNK;
-            const float4 x = key < keys ? pa_load4(in + pa_tile_offset<BN>(key, c)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            const float4 x = key < keys ? pa_load4(in + pa_tile_offset<BN>(key, c)) : pa_zero4();
             const float xs[4] = {x.x, x.y, x.z, x.w};
             const int col = pa_mma_pv_key_slot(key);
 #pragma unroll
@@ -177,29 +177,25 @@ PA_DEVICE PaMask job_mask(const PaFwdParams& p, const Job& j) {
     return pa_seq(p, 0).mask;
 #endif
 }
-// The batch coordinate of the job's rows in the tensor maps: packed sequences are rows of one batch.
-PA_DEVICE int map_batch(const PaFwdParams& p, const Job& j) {
+// Whether the call's sequences are packed (cu_seqlens, the extended-mask build): rows of one batch, which the tensor
+// maps clip only at the packed tensors' end.
+PA_DEVICE bool packed(const PaFwdParams& p) {
 #if PA_MASK_EXT
-    return p.cu_seqlens_q != nullptr ? 0 : j.blk.b;
+    return p.cu_seqlens_q != nullptr;
 #else
-    return j.blk.b;
+    return false;
 #endif
 }
+// The batch coordinate of the job's rows in the tensor maps.
+PA_DEVICE int map_batch(const PaFwdParams& p, const Job& j) { return packed(p) ? 0 : j.blk.b; }
 // Keys of the job's last key tile within its sequence: BN, but for a packed sequence's last tile, whose rows past them
 // the bulk copies fill with the next sequence's.
 PA_DEVICE int last_tile_keys(const PaFwdParams& p, const Job& j) {
-#if PA_MASK_EXT
-    if (p.cu_seqlens_q != nullptr) return min(BN, j.seq.seqlen_k - (j.first + j.n_tiles - 1) * BN);
-#endif
-    return BN;
+    return packed(p) ? min(BN, j.seq.seqlen_k - (j.first + j.n_tiles - 1) * BN) : BN;
 }
 // Whether bulk stores of the job's rows [first, first + 64) stay within its sequence.
 PA_DEVICE bool bulk_store_fits(const PaFwdParams& p, const Job& j, int first) {
-#if PA_MASK_EXT
-    return p.cu_seqlens_q == nullptr || first + 64 <= j.seq.seqlen_q;
-#else
-    return true;
-#endif
+    return !packed(p) || first + 64 <= j.seq.seqlen_q;
 }
 // Calls f(job) for each query block of this block's units, in order; packed sequences shorter than the longest have
 // no rows in their last query blocks, which are skipped.

@@ -68,8 +68,7 @@ PA_DEVICE void pa_tile_zero_rows(pa_elem* tile, int from, int id, int threads) {
     constexpr int CHUNKS = PA_HEAD_DIM / PA_TILE_CHUNK;  // of a row
 #pragma unroll 1
     for (int i = max(from, 0) * CHUNKS + id; i < ROWS * CHUNKS; i += threads)
-        *reinterpret_cast<float4*>(tile + pa_tile_offset<ROWS>(i / CHUNKS, i % CHUNKS * PA_TILE_CHUNK)) =
-            make_float4(0.f, 0.f, 0.f, 0.f);
+        *reinterpret_cast<float4*>(tile + pa_tile_offset<ROWS>(i / CHUNKS, i % CHUNKS * PA_TILE_CHUNK)) = pa_zero4();
 }
 #endif
 
