@@ -326,12 +326,13 @@ _launches: dict[tuple, BwdLaunches] = {}
 
 def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
         grad_lse: torch.Tensor | None, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, scale: float,
-        deterministic: bool, masking: Masking) -> None:
+        deterministic: bool, masking: Masking) -> BwdLaunches:
     """Launch the backward on ``q``'s device and torch's current stream: dq, dk, dv receive the gradients. Inputs are
     validated, non-empty, in a layout the kernels read in place, and ``scale >= 0``; lse is the forward's (contiguous,
     [batch, heads_q, seq_q], or [heads_q, total_q] for packed sequences, whose tensors are [1, heads, total, d]
     views as in ``forward.run``), and grad_lse (float32, contiguous like lse, or None) the gradient that reaches it.
-    The launches of a call signature are made once."""
+    The launches of a call signature are made once; they are returned, so that a caller can ``start`` them again on
+    tensors of the same signature."""
     target = launch_target(q.device)
     key = (target, q.device.index, q.dtype, q.shape, k.shape, q.stride(), k.stride(), v.stride(), out.stride(),
            dout.stride(), dq.stride(), dk.stride(), dv.stride(), deterministic, masking.key, OVERRIDES.get(),
@@ -340,23 +341,36 @@ def run(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     if launches is None:
         launches = loader.remember(_launches, key, _plan(dout, q, k, v, out, dq, dk, dv, deterministic, masking,
                                                          target))
-    delta = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)  # the row arrays
-    lse_log2 = torch.empty_like(delta)
-    dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    start(launches, dout, q, k, v, out, lse, grad_lse, dq, dk, dv, scale, masking)
+    return launches
+
+
+def start(launches: BwdLaunches, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+          out: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor | None, dq: torch.Tensor, dk: torch.Tensor,
+          dv: torch.Tensor, scale: float, masking: Masking) -> None:
+    """Launch ``launches`` (from ``run``) on tensors of its signature (only their addresses are read)."""
+    # One float32 workspace: the sums of dQ (atomic backward; [batch, heads_q, seq_q, d] like the kernels' q) first,
+    # at the allocation's alignment, then the row arrays delta and LSE in log2 units.
+    rows = q.shape[0] * q.shape[1] * q.shape[2]
+    sums = 0 if launches.dq is not None else q.numel()
+    work = torch.empty(sums + 2 * rows, dtype=torch.float32, device=q.device)
+    base = work.data_ptr()
+    delta = base + 4 * sums
     fields = {} if masking is PLAIN or masking is CAUSAL else call_fields(masking)
     fields.update(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
-                  lse=lse.data_ptr(), lse_log2=lse_log2.data_ptr(), delta=delta.data_ptr(),
-                  dq_accum=dq_accum.data_ptr() if dq_accum is not None else None, dq=dq.data_ptr(),
-                  dk=dk.data_ptr(), dv=dv.data_ptr(), scale=scale, scale_log2=scale * 1.4426950408889634)
+                  lse=lse.data_ptr(), lse_log2=delta + 4 * rows, delta=delta, dq_accum=base if sums else None,
+                  dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(), scale=scale,
+                  scale_log2=scale * 1.4426950408889634)
+    params = launches.dkdv.fill(fields)  # the kernels share the template (_plan) and take the same fields
     stream = current_stream(q.device)
-    launches.prep(stream, **fields)
+    launches.prep.send(params, stream)
     if grad_lse is not None:  # the LSE's own gradient: dS = P (dP - delta + grad_lse)
-        delta.sub_(grad_lse)
-    launches.dkdv(stream, **fields)
+        work[sums:sums + rows].sub_(grad_lse.reshape(-1))
+    launches.dkdv.send(params, stream)
     if launches.dq is not None:
-        launches.dq(stream, **fields)
+        launches.dq.send(params, stream)
     else:
-        dq.copy_(dq_accum)
+        dq.copy_(work[:sums].view(q.shape))
 
 
 def _plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dq: torch.Tensor,

@@ -27,7 +27,7 @@ the same in every operator): ``bottom_right`` (align the diagonal bottom-right),
 """
 # No ``from __future__ import annotations``: torch 2.4 infers the operator schemas from real annotations.
 import math
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 
@@ -71,15 +71,11 @@ def masking_for(causal: bool, masks: MaskArgs) -> Masking:
     return Masking(left, right, bottom_right, softcap, alibi, attn_mask, cu_q, cu_k, max_q, max_k)
 
 
-# Whether torch.func's transforms (grad, vmap) wrap the tensors: their calls take the operators.
-_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
-
-
 def _runs_bodies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether an eager call may run the operators' bodies without the dispatcher: plain tensors, not while tracing
     (fake or functional tensors) or under torch.func's transforms."""
     return (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
-            and not torch.compiler.is_compiling() and not _functorch_active())
+            and not torch.compiler.is_compiling() and not eager.functorch_active())
 
 
 def _as_4d(t: torch.Tensor) -> torch.Tensor:
@@ -87,11 +83,16 @@ def _as_4d(t: torch.Tensor) -> torch.Tensor:
     return t.unsqueeze(0).transpose(1, 2) if t.dim() == 3 else t
 
 
+# Launches a forward again on new tensors of its signature: fn(q, k, v, out, lse), with an LSE tensor when the
+# first call had one (else None).
+ForwardReplay = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]], None]
+
+
 def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                   lse: Optional[torch.Tensor], causal: bool, scale: float,
-                  masks: MaskArgs = NO_MASKS) -> Optional[eager.Replay]:
+                  masks: MaskArgs = NO_MASKS) -> Optional[ForwardReplay]:
     """The forward into ``out`` (and ``lse``). Returns how to launch the same call again on new tensors of its
-    signature when it launched on the inputs themselves, without LSE or mask arguments (else None)."""
+    signature when it launched on the inputs themselves, without mask arguments (else None)."""
     if q.numel() == 0:
         return None
     masking = masking_for(causal, masks)
@@ -113,18 +114,20 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         plan = decode.run(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), _as_4d(dest).transpose(1, 2),
                           lse, lengths, None, None, None, masking, scale, 0, k.shape[2])
 
-        def replay(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
+        def replay(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   lse: Optional[torch.Tensor]) -> None:
             # The transposed views of the first call have the same addresses.
-            decode.start(plan, q, k, v, out, None, lengths, None, None, None, masking, scale)
+            decode.start(plan, q, k, v, out, lse, lengths, None, None, None, masking, scale)
     else:
         launch = forward.run(q, k, v, _as_4d(dest), lse, scale, masking)
 
-        def replay(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
-            forward.start(launch, q, k, v, out, None, scale, masking)
+        def replay(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   lse: Optional[torch.Tensor]) -> None:
+            forward.start(launch, q, k, v, out, lse, scale, masking)
     if dest is not out:
         out.copy_(dest)
         return None
-    direct = q is inputs[0] and k is inputs[1] and v is inputs[2] and lse is None and masks is NO_MASKS
+    direct = q is inputs[0] and k is inputs[1] and v is inputs[2] and masks is NO_MASKS
     return replay if direct else None
 
 
@@ -167,20 +170,40 @@ def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return torch.empty_like(q), _new_lse(q, return_lse)
 
 
+# Launches a backward again on new tensors of its signature: fn(dout, q, k, v, out, lse) -> (dq, dk, dv).
+BackwardReplay = Callable[..., Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
 def _backward_into(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                    lse: torch.Tensor, grad_lse: Optional[torch.Tensor], causal: bool, scale: float,
-                   deterministic: bool, masks: MaskArgs) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   deterministic: bool, masks: MaskArgs
+                   ) -> Tuple[Tuple[torch.Tensor, torch.Tensor, torch.Tensor], Optional[BackwardReplay]]:
+    """The gradients, and how to launch the same backward again on new tensors of its signature when it launched on
+    the tensors themselves, without the LSE's gradient or mask arguments (else None)."""
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     if q.numel() == 0 or k.numel() == 0:
-        return dq.zero_(), dk.zero_(), dv.zero_()
-    q, k, v, dout, out = (_kernel_layout(_as_4d(t)) for t in (q, k, v, dout, out))
+        return (dq.zero_(), dk.zero_(), dv.zero_()), None
+    inputs = dout, q, k, v, out
+    dout, q, k, v, out = (_kernel_layout(_as_4d(t)) for t in inputs)
+    direct = (scale >= 0 and grad_lse is None and masks is NO_MASKS and lse.is_contiguous()
+              and all(t is i for t, i in zip((dout, q, k, v, out), inputs)))
     negative = scale < 0  # run as the forward did: on -q with |scale|, and dq of -q is -dq
     if negative:
         q, scale = -q, -scale
+    masking = masking_for(causal, masks)
     with torch.cuda.device(q.device):
-        backward.run(dout, q, k, v, out, lse.contiguous(), None if grad_lse is None else grad_lse.float().contiguous(),
-                     _as_4d(dq), _as_4d(dk), _as_4d(dv), scale, deterministic, masking_for(causal, masks))
-    return (dq.neg_() if negative else dq), dk, dv
+        launches = backward.run(dout, q, k, v, out, lse.contiguous(),
+                                None if grad_lse is None else grad_lse.float().contiguous(), _as_4d(dq), _as_4d(dk),
+                                _as_4d(dv), scale, deterministic, masking)
+    if not direct:
+        return ((dq.neg_() if negative else dq), dk, dv), None
+
+    def replay(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+               lse: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+        backward.start(launches, dout, q, k, v, out, lse, None, dq, dk, dv, scale, masking)
+        return dq, dk, dv
+    return (dq, dk, dv), replay
 
 
 @torch.library.custom_op("portattn::attention_backward", mutates_args=(), device_types="cuda")
@@ -194,7 +217,7 @@ def attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     gradient of the LSE, when the LSE was used)."""
     return _backward_into(dout, q, k, v, out, lse, grad_lse, causal, scale, deterministic,
                           (bottom_right, window_left, window_right, softcap, alibi_slopes, attn_mask, cu_seqlens_q,
-                           cu_seqlens_k, max_seqlen_q, max_seqlen_k))
+                           cu_seqlens_k, max_seqlen_q, max_seqlen_k))[0]
 
 
 @attention_backward_op.register_fake
@@ -221,15 +244,20 @@ _SAVED = object()  # stands for a mask argument saved with the tensors
 def _save(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
           masks: tuple, causal: bool, scale: float, deterministic: bool, has_lse: bool) -> None:
     """Keep what the backward reads: the tensors (the mask arguments' among them) and the call's options."""
-    tensors = [t for t in masks if isinstance(t, torch.Tensor)]
-    ctx.save_for_backward(q, k, v, out, lse, *tensors)
-    ctx.masks = tuple(_SAVED if isinstance(t, torch.Tensor) else t for t in masks)
+    if masks is NO_MASKS:
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.masks = NO_MASKS
+    else:
+        ctx.save_for_backward(q, k, v, out, lse, *[t for t in masks if isinstance(t, torch.Tensor)])
+        ctx.masks = tuple(_SAVED if isinstance(t, torch.Tensor) else t for t in masks)
     ctx.causal, ctx.scale, ctx.deterministic, ctx.has_lse = causal, scale, deterministic, has_lse
 
 
 def _saved(ctx: Any) -> tuple:
     """``(q, k, v, out, lse, masks)`` as ``_save`` kept them."""
     q, k, v, out, lse, *tensors = ctx.saved_tensors
+    if ctx.masks is NO_MASKS:
+        return q, k, v, out, lse, NO_MASKS
     saved = iter(tensors)
     return q, k, v, out, lse, tuple(next(saved) if m is _SAVED else m for m in ctx.masks)
 
@@ -258,14 +286,23 @@ class _EagerAttention(torch.autograd.Function):
     """``portattn::attention`` and its autograd for eager calls on plain tensors: the operators' bodies without the
     dispatcher, whose custom-operator layer costs several hundred microseconds of host time per call. The same
     tensors are saved; a backward that builds a graph (``create_graph``) runs the backward operator, which refuses
-    a double backward."""
+    a double backward. ``replays`` (calls of one signature without mask arguments) keeps the launches of the forward
+    and of each layout of the output's gradient, made by the first call, for the later ones."""
 
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                deterministic: bool, masks: MaskArgs) -> Tuple[torch.Tensor, torch.Tensor]:
-        out, lse = _attention(q, k, v, causal, scale, True, masks)
+                deterministic: bool, masks: MaskArgs, replays: Optional["_TrainingReplays"] = None
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        out, lse = torch.empty_like(q), _new_lse(q, True)
+        if replays is not None and replays.forward is not None:
+            replays.forward(q, k, v, out, lse)
+        else:
+            launched = _forward_into(q, k, v, out, lse, causal, scale, masks)
+            if replays is not None:
+                replays.forward = launched
         ctx.set_materialize_grads(False)
         _save(ctx, q, k, v, out, lse, masks, causal, scale, deterministic, True)
+        ctx.replays = replays
         return out, lse
 
     @staticmethod
@@ -274,11 +311,35 @@ class _EagerAttention(torch.autograd.Function):
         if grad_out is None:
             grad_out = torch.zeros_like(out)
         args = (grad_out, q, k, v, out, lse, grad_lse, ctx.causal, ctx.scale, ctx.deterministic)
+        replays = ctx.replays
         if torch.is_grad_enabled():
             grads = torch.ops.portattn.attention_backward(*args, *masks)
-        else:
-            grads = _backward_into(*args, masks)
-        return (*grads, None, None, None, None)
+        elif replays is None or grad_lse is not None or type(grad_out) is not torch.Tensor or grad_out.data_ptr() & 15:
+            grads = _backward_into(*args, masks)[0]
+        else:  # the layout of the output's gradient completes the backward's signature
+            layout = grad_out.stride()
+            launch = replays.backward.get(layout)
+            if launch is not None:
+                grads = launch(grad_out, q, k, v, out, lse)
+            else:
+                grads, launch = _backward_into(*args, masks)
+                if launch is not None:
+                    loader.remember(replays.backward, layout, launch)
+        return (*grads, None, None, None, None, None)
+
+
+class _TrainingReplays:
+    """The replay of eager training calls of one signature without mask arguments (``eager.Replay``: called with
+    q, k, v and no ``out``, gives the output): the launches of the forward, made by the first call, and of the
+    backward for each layout of the output's gradient, made by the first backward with it."""
+
+    def __init__(self, causal: bool, scale: float, deterministic: bool) -> None:
+        self.causal, self.scale, self.deterministic = causal, scale, deterministic
+        self.forward: Optional[ForwardReplay] = None
+        self.backward: dict[tuple, BackwardReplay] = {}
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: None) -> torch.Tensor:
+        return _EagerAttention.apply(q, k, v, self.causal, self.scale, self.deterministic, NO_MASKS, self)[0]
 
 
 @torch.library.custom_op("portattn::attention_out", mutates_args=("out",), device_types="cuda")
@@ -346,7 +407,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     record = None
     if (not return_lse and causal_align == "top-left" and window is None and softcap == 0.0
             and alibi_slopes is None and attn_mask is None and (deterministic is None or type(deterministic) is bool)):
-        record, result = eager.replay(q, k, v, causal, scale, True, out)
+        record, result = eager.replay(q, k, v, causal, scale, True, out, deterministic)
         if result is not None:
             return result
     problem = qkv_problem(q, k, v) or options_problem(causal, scale)
@@ -380,6 +441,16 @@ def mask_args(q: torch.Tensor, k: torch.Tensor, causal: bool, causal_align: str,
             max_q, max_k)
 
 
+def _inference_replay(launch: ForwardReplay) -> eager.Replay:
+    """The ``eager.Replay`` of an inference call: its forward's launches, into ``out`` or a new tensor."""
+    def replay(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
+        if out is None:
+            out = torch.empty_like(q)
+        launch(q, k, v, out, None)
+        return out
+    return replay
+
+
 def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: Optional[float],
             return_lse: bool, out: Optional[torch.Tensor], deterministic: Optional[bool] = None,
             masks: MaskArgs = NO_MASKS,
@@ -399,16 +470,19 @@ def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
         else:
             eager.written(out)
         lse = _new_lse(q, True) if return_lse else None
-        replay = _forward_into(q, k, v, out, lse, causal, scale, masks)
-        if record is not None and replay is not None:
-            eager.remember(record, replay)
+        launched = _forward_into(q, k, v, out, lse, causal, scale, masks)
+        if record is not None and launched is not None:
+            eager.remember(record, _inference_replay(launched))
     elif out is not None:
         lse = torch.ops.portattn.attention_out(q, k, v, out, causal, scale, return_lse, *masks)
     else:
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()
         if bodies:  # eager training: the same operator bodies and saved tensors
-            out, lse = _EagerAttention.apply(q, k, v, causal, scale, deterministic, masks)
+            replays = _TrainingReplays(causal, scale, deterministic) if record is not None else None
+            out, lse = _EagerAttention.apply(q, k, v, causal, scale, deterministic, masks, replays)
+            if replays is not None and replays.forward is not None:
+                eager.remember(record, replays)
         else:
             out, lse = torch.ops.portattn.attention(q, k, v, causal, scale, True, deterministic, *masks)
     return (out, lse) if return_lse else out

@@ -1,8 +1,10 @@
-"""Repeated eager inference calls: a call of ``portattn.attention``, of the SDPA route or of
-``attention_with_kvcache`` (ops/kvcache.py) whose signature (shapes, strides, dtypes, devices, options, target
-settings) ran before on plain tensors, launching the kernels on its inputs directly, launches the same kernels
-again, without the checks, the layout work and the kernel choice. The host cost of one call matters when decoding:
-one call per layer per token. One store holds the launches of both kinds of call, under keys of their own."""
+"""Repeated eager calls: a call of ``portattn.attention``, of the SDPA route or of ``attention_with_kvcache``
+(ops/kvcache.py) whose signature (shapes, strides, dtypes, devices, options, target settings) ran before on plain
+tensors, launching the kernels on its inputs directly, launches the same kernels again, without the checks, the
+layout work and the kernel choice. A training call (inputs that need gradients) replays its forward's launches, and
+its backward those of the first backward of its signature. The host cost of one call matters when decoding (one
+call per layer per token) and in small training steps. One store holds the launches of every kind of call, under
+keys of their own."""
 from typing import Callable, Optional
 
 import torch
@@ -11,18 +13,24 @@ from ..kernels.variant import KERNEL_ENV, OVERRIDES
 from ..runtime import environ, loader
 from ..runtime.target import LANES_ENV
 
-# Launches a call again on new tensors of its signature (only their addresses are read): for ``attention`` and the
-# SDPA route fn(q, k, v, out); for ``attention_with_kvcache`` its own arguments, giving the output.
+# Launches a call again on new tensors of its signature (only their addresses are read), giving the output: for
+# ``attention`` and the SDPA route fn(q, k, v, out), which writes into ``out`` when given (else into a new tensor;
+# a training call's replay also records its backward); for ``attention_with_kvcache`` its own arguments.
 Replay = Callable[..., object]
 _replays: dict[tuple, Replay] = {}
 
 
-def plain(tensors: tuple, aligned: tuple) -> bool:
-    """Whether a call on ``tensors`` may replay: plain tensors that need no gradient, not while tracing, and those
-    of ``aligned`` at 16-byte aligned addresses (the kernels read them in place)."""
-    if torch.compiler.is_compiling():
+# Whether torch.func's transforms (grad, vmap) wrap the tensors: their calls take the operators.
+functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+
+def plain(tensors: tuple, aligned: tuple, training: bool = False) -> bool:
+    """Whether a call on ``tensors`` may replay: plain tensors (that need no gradient, unless ``training``), not
+    while tracing or under torch.func's transforms, and those of ``aligned`` at 16-byte aligned addresses (the
+    kernels read them in place)."""
+    if torch.compiler.is_compiling() or functorch_active():
         return False
-    grad = torch.is_grad_enabled()
+    grad = not training and torch.is_grad_enabled()
     for t in tensors:  # loops rather than any(...): this runs on every eager call
         if type(t) is not torch.Tensor or (grad and t.requires_grad):
             return False
@@ -33,13 +41,22 @@ def plain(tensors: tuple, aligned: tuple) -> bool:
 
 
 def signature(q: object, k: object, v: object, causal: object, scale: object, gqa: object,
-              out: object = None) -> Optional[tuple]:
+              out: object = None, deterministic: object = None) -> Optional[tuple]:
     """The key of an ``attention`` or SDPA call that may replay an earlier one (``plain`` tensors, a bool
-    ``causal``, a float or None ``scale``; ``out``: the tensor given to receive the output, or None); else None."""
-    if type(causal) is not bool or not (scale is None or type(scale) is float) or not plain((q, k, v), (q, k, v)):
+    ``causal``, a float or None ``scale``; ``out``: the tensor given to receive the output, or None); else None.
+    A call that needs gradients (no ``out``) is a training call: its key holds which inputs need them and whether
+    the backward is ``deterministic`` (None: as torch's setting is now)."""
+    if type(causal) is not bool or not (scale is None or type(scale) is float) or not plain((q, k, v), (q, k, v),
+                                                                                          training=True):
         return None
     key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
            k.device, v.device, causal, scale, gqa, *settings())
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        if out is not None or not (deterministic is None or type(deterministic) is bool):
+            return None  # the checks refuse out= here, and a deterministic that is not a bool
+        if deterministic is None:
+            deterministic = torch.are_deterministic_algorithms_enabled()
+        return key + (q.requires_grad, k.requires_grad, v.requires_grad, deterministic)
     if out is None:
         return key
     if not plain((out,), (out,)):
@@ -54,18 +71,17 @@ def settings() -> tuple:
 
 
 def replay(q: object, k: object, v: object, causal: object, scale: object, gqa: object,
-           out: object = None) -> tuple[Optional[tuple], Optional[torch.Tensor]]:
+           out: object = None, deterministic: object = None) -> tuple[Optional[tuple], Optional[torch.Tensor]]:
     """``(key, out)``: the call's ``signature`` (None when it may not replay) and, when a call of that signature ran
     before, its output on q, k, v, in ``out`` when given (else None: the caller takes the checked path and remembers
     its launches under the key)."""
-    key = signature(q, k, v, causal, scale, gqa, out)
+    key = signature(q, k, v, causal, scale, gqa, out, deterministic)
     fn = lookup(key)
     if fn is None:
         return key, None
     if out is None:
-        out = torch.empty_like(q)
-    else:
-        written(out)
+        return key, fn(q, k, v, None)
+    written(out)
     fn(q, k, v, out)
     return key, out
 

@@ -235,4 +235,5 @@ def launch(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int]
     else:
         code = _in_context(fn.context, lambda: lib.cuLaunchKernel(fn.address, *grid, *block, smem_bytes, stream_handle,
                                                                   ctypes.addressof(args), None))
-    _check_code(code, f"{'cuLaunchKernelEx' if overlap else 'cuLaunchKernel'}({fn.name})")
+    if code:
+        _check_code(code, f"{'cuLaunchKernelEx' if overlap else 'cuLaunchKernel'}({fn.name})")

@@ -88,12 +88,17 @@ class Launch:
             object.__setattr__(self, "_maps_end", end)
 
     def __call__(self, stream_handle: int, **fields: Any) -> None:
+        self.send(self.fill(fields), stream_handle)
+
+    def fill(self, fields: dict[str, Any]) -> ctypes.Structure:
+        """This launch's struct with the per-call ``fields`` set (and its tensor maps pointed at their tensors); the
+        launches of one call signature that share the template can all be sent it."""
         params = self._kept_params() if self.tensor_maps else type(self.params).from_buffer_copy(self.params)
         for name, value in fields.items():
             setattr(params, name, value)
         if self.tensor_maps:
             self._repoint_maps(params, fields)
-        self.send(params, stream_handle)
+        return params
 
     def send(self, params: ctypes.Structure, stream_handle: int) -> None:
         """Launch with ``params`` (a struct of this launch's type, its per-call fields set) on the stream."""

@@ -17,8 +17,13 @@ def remembered(monkeypatch):
     monkeypatch.setattr(eager, "_replays", {})
 
     def remember(q, k, v, causal, scale, gqa):
-        eager.remember(eager.signature(q, k, v, causal, scale, gqa), lambda q, k, v, out: out.copy_(q + 1))
+        eager.remember(eager.signature(q, k, v, causal, scale, gqa), stand_in)
     return remember
+
+
+def stand_in(q, k, v, out):
+    """A replay's contract: the result into ``out`` when given, else a new tensor; here q + 1."""
+    return q + 1 if out is None else out.copy_(q + 1)
 
 
 def test_entry_points_replay_a_remembered_call(remembered):
@@ -63,6 +68,42 @@ def test_other_calls_take_the_checked_path(remembered):
                  lambda: portattn.scaled_dot_product_attention(q, k, v, is_causal=True)):  # heads differ, no GQA
         with pytest.raises(ValueError):  # the checks run: CPU tensors, or the heads rule
             call()
+
+
+def test_training_calls_have_signatures_of_their_own(remembered):
+    """A call whose inputs need gradients has its own signature (which inputs need them, and whether the backward is
+    deterministic, as asked or as torch's setting is), so it never replays an inference call; a remembered training
+    signature serves the entry points like any other. Under torch.func's transforms nothing replays."""
+    q, k, v = (torch.randn(1, 2, 8, 64) for _ in range(3))
+    leaf = q.clone().requires_grad_()
+    inference = eager.signature(q, k, v, True, None, True)
+    training = eager.signature(leaf, k, v, True, None, True)
+    assert training is not None and training != inference
+    assert training != eager.signature(q, leaf, v, True, None, True)
+    assert training != eager.signature(leaf, k, v, True, None, True, deterministic=True)
+    with torch.no_grad():
+        assert eager.signature(leaf, k, v, True, None, True) == inference
+    previous = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(not previous)
+        assert eager.signature(leaf, k, v, True, None, True) != training
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert eager.signature(leaf, k, v, True, None, True, torch.empty_like(q)) is None  # out= with gradients: refused
+    assert eager.signature(leaf, k, v, True, None, True, deterministic=1) is None  # not a bool: the checks raise
+    remembered(leaf, k, v, True, None, True)
+    result = portattn.attention(leaf, k, v, causal=True)
+    assert torch.equal(result, q + 1) and result.requires_grad
+    with pytest.raises(ValueError):  # an inference call of the same shapes is not remembered: the checks run
+        portattn.attention(q, k, v, causal=True)
+    seen = []
+
+    def loss(t):
+        seen.append(eager.signature(t, k, v, True, None, True))
+        return t.sum()
+    torch.func.grad(loss)(q)
+    torch.func.vmap(loss)(q)
+    assert seen == [None, None]
 
 
 def test_kvcache_replays_a_remembered_call(monkeypatch):
