@@ -13,7 +13,9 @@ broadcastable, requiring grad, or given with ``is_causal``), ``dropout``, ``gqa`
 ``enable_gqa=True``, or do not divide), ``dtype`` (not a dtype portattn supports, or q/k/v differ), ``head_dim``,
 ``shape`` (batch or k/v shapes differ), ``device`` (not all on one GPU), ``empty`` (an input has no elements),
 ``target`` (portattn has no kernel for this GPU, dtype and head dim), ``backward`` (an input requires grad and
-portattn has no backward kernel for it). Calls that require grad are taken: the result is differentiable.
+portattn has no backward kernel for it). Calls that require grad are taken: the result is differentiable. Under
+``torch.autocast`` the router decides on, and portattn computes on, the inputs cast as autocast casts SDPA's (so the
+result has SDPA's dtype); a fallback gets the arguments as they were given.
 """
 from __future__ import annotations
 
@@ -103,6 +105,8 @@ def _route(*args: object, **kwargs: object) -> torch.Tensor:
         call = _sdpa_args(*args, **kwargs)
     except TypeError:
         call = None
+    if call is not None:  # under torch.autocast, the inputs SDPA would compute on
+        call = ops.sdpa_autocast(*call[:4]) + call[4:]
     record, result = (None, None) if call is None else ops.sdpa_replay(*call)  # a call that ran on portattn before
     reason = None if result is not None else _fallback_reason(call)
     for stats in _active:

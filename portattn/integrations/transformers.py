@@ -17,6 +17,7 @@ softcapping, such as Gemma 2, which transformers' SDPA path ignores), for infere
   the window; any other mask (static caches, packed sequences, bidirectional or custom masks) is passed as it is.
   Without a mask, the call is causal when SDPA's would be (``is_causal`` or ``module.is_causal``, more than one
   query). Grouped-query attention runs without repeating keys and values; ``scaling`` and ``softcap`` are passed on.
+  Under ``torch.autocast`` query, key and value are cast as autocast casts SDPA's inputs.
 - Calls portattn cannot take run on transformers' SDPA function (on the eager computation when ``softcap`` is set),
   with one warning per reason: tensors not on a GPU (``device``), ``dropout > 0`` (``dropout``, i.e. attention
   dropout while training), a dtype, head dim or GPU without a kernel (``dtype``, ``head_dim``, ``target``,
@@ -37,7 +38,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ..ops import eager
-from ..ops.attention import attention
+from ..ops.attention import attention, sdpa_autocast
 from ..ops.support import Unsupported, gpu_problem, sdpa_problem
 from .sdpa import kernel_reason
 
@@ -136,6 +137,7 @@ def portattn_attention_forward(module: torch.nn.Module, query: torch.Tensor, key
     if kwargs.get("s_aux") is not None:
         raise NotImplementedError("attention sinks (s_aux) are not supported by portattn; load this model with "
                                   "attn_implementation=\"eager\"")
+    query, key, value, _ = sdpa_autocast(query, key, value, None)  # under torch.autocast, as SDPA computes
     causal = _causal(module, query, attention_mask, is_causal)
     # Unmasked calls of a signature portattn took before replay its launches, without the checks.
     if attention_mask is None and not softcap and dropout == 0 and kwargs.get("position_bias") is None:

@@ -498,8 +498,10 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     seq_k]``, as SDPA takes it (not together with ``is_causal``); a row that the mask hides entirely gives zeros.
     ``dropout_p > 0`` raises ``NotImplementedError``. Inputs are 4-D ``[batch, heads, seq, head_dim]``; different
     query and key/value head counts need ``enable_gqa=True``. Differentiable in query, key and value; the backward
-    is deterministic when ``torch.use_deterministic_algorithms(True)`` is set.
+    is deterministic when ``torch.use_deterministic_algorithms(True)`` is set. Under ``torch.autocast`` the inputs
+    are cast as SDPA's are (``sdpa_autocast``).
     """
+    query, key, value, attn_mask = sdpa_autocast(query, key, value, attn_mask)
     record, result = sdpa_replay(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if result is not None:
         return result
@@ -507,6 +509,28 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     if problem:
         raise problem.error
     return call_sdpa(query, key, value, attn_mask, is_causal, scale, record)
+
+
+def sdpa_autocast(query: object, key: object, value: object, attn_mask: object) -> tuple:
+    """SDPA's tensor arguments as ``torch.autocast`` hands them to SDPA (one of its lower-precision operators): while
+    autocast is on for the query's device type, each floating-point tensor on that device type other than float64
+    in its dtype; unchanged when it is off. The result then has the dtype SDPA's would have."""
+    if type(query) is not torch.Tensor:
+        return query, key, value, attn_mask
+    kind = query.device.type
+    dtype = _autocast_dtype(kind)
+    if dtype is None:
+        return query, key, value, attn_mask
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+                 and t.device.type == kind else t for t in (query, key, value, attn_mask))
+
+
+def _autocast_dtype(kind: str) -> Optional[torch.dtype]:
+    """The dtype ``torch.autocast`` casts to on devices of type ``kind``, or None while it is off there."""
+    try:
+        return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
+    except (AttributeError, TypeError):  # torch 2.4 before the device-type forms: CUDA only
+        return torch.get_autocast_gpu_dtype() if kind == "cuda" and torch.is_autocast_enabled() else None
 
 
 def sdpa_replay(query: object, key: object, value: object, attn_mask: object, dropout_p: object, is_causal: object,

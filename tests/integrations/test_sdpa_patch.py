@@ -89,6 +89,32 @@ def test_fallbacks_pass_the_call_through_unchanged(monkeypatch, reason, args, kw
     assert (stats.portattn, stats.fallback, dict(stats.fallback_reasons)) == (0, 1, {reason: 1})
 
 
+def test_autocast_casts_the_inputs_as_sdpa_receives_them():
+    """Under torch.autocast (here on the CPU) the inputs are those SDPA computes on: floating tensors other than
+    float64 in the autocast dtype, a boolean mask as it is; outside it the same objects. A call the router does not
+    take still reaches the original function with the arguments as they were given."""
+    from portattn.ops.attention import sdpa_autocast
+
+    q, mask, additive = rand(2, 4, 9, 64), torch.rand(9, 9) > 0.3, rand(9, 9)
+    double = q.double()
+    assert all(a is b for a, b in zip(sdpa_autocast(q, q, double, mask), (q, q, double, mask)))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cq, ck, cv, cm = sdpa_autocast(q, q, double, additive)
+        assert (cq.dtype, ck.dtype, cv.dtype, cm.dtype) == (torch.bfloat16, torch.bfloat16, torch.float64,
+                                                            torch.bfloat16)
+        assert torch.equal(cq, q.to(torch.bfloat16)) and sdpa_autocast(q, q, q, mask)[3] is mask
+        assert sdpa_autocast(None, q, q, None)[1] is q  # not a tensor query: nothing to decide on
+    seen = []
+    original = F.scaled_dot_product_attention
+    try:
+        F.scaled_dot_product_attention = lambda *a, **kw: seen.append(a) or "original result"
+        with torch.autocast("cpu", dtype=torch.bfloat16), portattn.patch_sdpa() as stats:
+            assert F.scaled_dot_product_attention(q, q, q, is_causal=True) == "original result"
+    finally:
+        F.scaled_dot_product_attention = original
+    assert all(a is b for a, b in zip(seen[0], (q, q, q))) and dict(stats.fallback_reasons) == {"device": 1}
+
+
 def test_fallback_results_equal_the_original():
     q, k, v = rand(2, 4, 33, 64), rand(2, 2, 33, 64), rand(2, 2, 33, 64)
     mask = torch.rand(33, 33) > 0.3

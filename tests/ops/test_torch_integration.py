@@ -152,6 +152,39 @@ def test_patch_sdpa_routes_on_gpu(gen):
     assert relative_error(scaled, ref) <= TOL
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sdpa_under_autocast_computes_in_the_autocast_dtype(gen, dtype):
+    """Under torch.autocast, float32 inputs reach portattn as autocast hands them to SDPA: the patched call (taken by
+    portattn) and portattn.scaled_dot_product_attention return SDPA's dtype, and their output and the float32
+    gradients of the inputs are within twice SDPA's error of float64 on the cast inputs (relative to the largest
+    gradient, plus the rounding of the exact result to the dtype)."""
+    q, k, v = rand(gen, 2, 8, 200, 64), rand(gen, 2, 2, 200, 64), rand(gen, 2, 2, 200, 64)
+    dout = rand(gen, 2, 8, 200, 64).to(dtype)
+    calls = {"sdpa": F.scaled_dot_product_attention, "patched": None,
+             "portattn": portattn.scaled_dot_product_attention}
+    results = {}
+    for name, fn in calls.items():
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        with torch.autocast("cuda", dtype=dtype), portattn.patch_sdpa() as stats:
+            out = (fn or F.scaled_dot_product_attention)(*leaves, is_causal=True, enable_gqa=True)
+        results[name] = (out, torch.autograd.grad(out, leaves, dout))
+        assert out.dtype == dtype and stats.portattn == (name == "patched"), name
+        assert all(g.dtype == torch.float32 for g in results[name][1]), name
+    cast = [t.to(dtype) for t in (q, k, v)]
+    ref, _ = reference_attention(*cast, causal=True)
+    refs = reference_gradients(*cast, dout, causal=True)
+    largest = max(float(r.abs().max()) for r in refs)
+
+    def grad_error(g, r):
+        return float((g.double() - r).abs().max()) / largest
+    for name in ("patched", "portattn"):
+        out, grads = results[name]
+        assert relative_error(out, ref) <= 2 * relative_error(results["sdpa"][0], ref) + 1e-3, name
+        for g, s, r in zip(grads, results["sdpa"][1], refs):
+            rounding = grad_error(r.to(dtype), r)
+            assert grad_error(g, r) <= 2 * grad_error(s, r) + rounding + 1e-6, name
+
+
 def _grads(fn, q, k, v, dout):
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     return torch.autograd.grad(fn(*leaves), leaves, dout)
