@@ -404,6 +404,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     Runs as the operator ``torch.ops.portattn.attention`` (``attention_out`` with ``out``), so it can be traced by
     ``torch.compile`` and captured in CUDA graphs; the backward is the operator ``portattn::attention_backward``.
     """
+    if causal_align == "bottom-right" and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) \
+            and q.dim() == 4 and k.dim() == 4 and q.shape[2] == k.shape[2]:
+        causal_align = "top-left"  # as many queries as keys: the two alignments are one diagonal
     record = None
     if (not return_lse and causal_align == "top-left" and window is None and softcap == 0.0
             and alibi_slopes is None and attn_mask is None and (deterministic is None or type(deterministic) is bool)):

@@ -38,6 +38,30 @@ def test_entry_points_replay_a_remembered_call(remembered):
     assert (stats.portattn, stats.fallback) == (1, 0)
 
 
+def test_bottom_right_calls_replay_where_the_diagonals_agree(remembered):
+    """With as many queries as keys flash-attn's bottom-right diagonal is the top-left one: flash_attn_func
+    ([batch, seq, heads, dim] views of the remembered tensors) and attention(causal_align="bottom-right") replay the
+    top-left call. With fewer queries, or a window or softcap, they take the checked path (CPU tensors: it raises)."""
+    from portattn.flash_attn import flash_attn_func
+
+    def bshd(t):
+        return t.transpose(1, 2)
+    q, k, v = torch.randn(1, 4, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64)
+    short = q[:, :, :4]
+    for causal in (False, True):
+        remembered(q, k, v, causal, None, True)
+        remembered(short, k, v, causal, None, True)
+        assert torch.equal(flash_attn_func(bshd(q), bshd(k), bshd(v), causal=causal), bshd(q + 1))
+    assert torch.equal(portattn.attention(q, k, v, causal=True, causal_align="bottom-right"), q + 1)
+    assert torch.equal(flash_attn_func(bshd(short), bshd(k), bshd(v)), bshd(short + 1))  # no diagonal
+    for call in (lambda: flash_attn_func(bshd(short), bshd(k), bshd(v), causal=True),
+                 lambda: portattn.attention(short, k, v, causal=True, causal_align="bottom-right"),
+                 lambda: flash_attn_func(bshd(q), bshd(k), bshd(v), causal=True, window_size=(2, 0)),
+                 lambda: flash_attn_func(bshd(q), bshd(k), bshd(v), softcap=5.0)):
+        with pytest.raises(ValueError):
+            call()
+
+
 def test_calls_with_out_replay_into_it(remembered):
     """A call with ``out=`` replays a launch remembered under its own signature (which holds the layout of ``out``),
     writes into ``out`` and counts the write (the stand-in writes through ``.data``, which counts nothing); an
