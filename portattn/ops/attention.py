@@ -518,7 +518,7 @@ def sdpa_autocast(query: object, key: object, value: object, attn_mask: object) 
     """SDPA's tensor arguments as ``torch.autocast`` hands them to SDPA (one of its lower-precision operators): while
     autocast is on for the query's device type, each floating-point tensor on that device type other than float64
     in its dtype; unchanged when it is off. The result then has the dtype SDPA's would have."""
-    if type(query) is not torch.Tensor:
+    if not isinstance(query, torch.Tensor):
         return query, key, value, attn_mask
     kind = query.device.type
     dtype = _autocast_dtype(kind)
