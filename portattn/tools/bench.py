@@ -383,19 +383,20 @@ def host_overhead_us(calls: int = 1000, rounds: int = 7) -> dict[str, float]:
     """Wall-clock microseconds per eager call on tiny tensors (host cost): SDPA, portattn.attention and SDPA routed
     by the patch, on decode-shaped calls (one query row over 64 keys, and over 4096 keys, which the decode kernels
     split: two launches) and causal prefill calls (64 rows), float16, 2 heads, d = 64, and a prefill call at
-    d = 128 (on Hopper the warp-specialized kernel, whose copy maps are re-pointed at each call's tensors). Each of
+    d = 128 (on Hopper the warp-specialized kernel, whose copy maps are re-pointed at each call's tensors), and a
+    training step (forward and backward, bfloat16, 8 heads, 64 rows, d = 64, causal; a tenth of the calls). Each of
     ``rounds`` rounds times ``calls`` calls of each of the three in turn; a call's figure is its best round, so
     that all three sample the same stretches of the host's varying speed."""
     import time
 
     from ..integrations.sdpa import patch_sdpa
 
-    def per_call(fn) -> float:
+    def per_call(fn, count: int = calls) -> float:
         start = time.perf_counter()
-        for _ in range(calls):
+        for _ in range(count):
             fn()
         torch.cuda.synchronize()
-        return (time.perf_counter() - start) / calls * 1e6
+        return (time.perf_counter() - start) / count * 1e6
 
     kv = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)
     kv_long = torch.randn(1, 2, 4096, 64, device="cuda", dtype=torch.float16)
@@ -416,4 +417,18 @@ def host_overhead_us(calls: int = 1000, rounds: int = 7) -> dict[str, float]:
                   "portattn.attention": lambda: per_call(lambda: attention(q, kv, kv, causal=causal)),
                   "patched F.scaled_dot_product_attention": patched}
         result.update({f"{shape}: {name}": us for name, us in best_rounds(timers, rounds).items()})
+    leaves = [torch.randn(1, 8, 64, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+    dout = torch.randn(1, 8, 64, 64, device="cuda", dtype=torch.bfloat16)
+    steps = max(1, calls // 10)
+
+    def patched_step() -> float:
+        with patch_sdpa():
+            routed = torch.nn.functional.scaled_dot_product_attention
+            return per_call(lambda: routed(*leaves, is_causal=True).backward(dout), steps)
+
+    timers = {"F.scaled_dot_product_attention": lambda: per_call(
+                  lambda: sdpa(*leaves, is_causal=True).backward(dout), steps),
+              "portattn.attention": lambda: per_call(lambda: attention(*leaves, causal=True).backward(dout), steps),
+              "patched F.scaled_dot_product_attention": patched_step}
+    result.update({f"training step 1x8x64x64 causal: {name}": us for name, us in best_rounds(timers, rounds).items()})
     return result
