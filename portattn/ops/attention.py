@@ -518,7 +518,7 @@ def sdpa_autocast(query: object, key: object, value: object, attn_mask: object) 
     """SDPA's tensor arguments as ``torch.autocast`` hands them to SDPA (one of its lower-precision operators): while
     autocast is on for the query's device type, each floating-point tensor on that device type other than float64
     in its dtype; unchanged when it is off. The result then has the dtype SDPA's would have."""
-    if not isinstance(query, torch.Tensor):
+    if not isinstance(query, torch.Tensor) or not _any_autocast():
         return query, key, value, attn_mask
     kind = query.device.type
     dtype = _autocast_dtype(kind)
@@ -526,6 +526,10 @@ def sdpa_autocast(query: object, key: object, value: object, attn_mask: object) 
         return query, key, value, attn_mask
     return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
                  and t.device.type == kind else t for t in (query, key, value, attn_mask))
+
+
+# Whether autocast is on for any device type (one call into torch; True where torch lacks it).
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
 def _autocast_dtype(kind: str) -> Optional[torch.dtype]:
