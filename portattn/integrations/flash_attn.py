@@ -15,7 +15,6 @@ from typing import Optional, Sequence
 import torch
 
 from ..ops import attention as ops
-from ..ops import eager
 from ..ops.kvcache import attention_with_kvcache
 from ..ops.support import qkv_problem
 
@@ -38,16 +37,12 @@ def _refuse(dropout_p: float, return_attn_probs: bool) -> None:
                                   "attention matrix)")
 
 
-def _masks(q: torch.Tensor, k: torch.Tensor, causal: bool, window_size: Sequence[int], softcap: float,
-           alibi_slopes: Optional[torch.Tensor], cu_seqlens=None) -> ops.MaskArgs:
+def _window(causal: object, window_size: object) -> object:
+    """portattn's ``window`` for flash-attn's ``window_size`` (None: unbounded), after checking ``causal``."""
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     window = tuple(window_size) if isinstance(window_size, (tuple, list)) else window_size
-    unbounded = window == (-1, -1)
-    if unbounded and softcap == 0.0 and alibi_slopes is None and cu_seqlens is None and not causal:
-        return ops.NO_MASKS
-    return ops.mask_args(q, k, causal, "bottom-right", None if unbounded else window, softcap, alibi_slopes, None,
-                         cu_seqlens)
+    return None if window == (-1, -1) else window
 
 
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
@@ -58,28 +53,12 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     """Attention over q ``[batch, seq_q, heads_q, d]`` and k, v ``[batch, seq_k, heads_kv, d]``; returns
     ``[batch, seq_q, heads_q, d]``. Differentiable."""
     _refuse(dropout_p, return_attn_probs)
-    q4, k4, v4 = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    plain = _without_masks(q4, k4, causal, window_size, softcap, alibi_slopes)
-    record = None
-    if plain:  # a repeated call replays the launches of the first (ops/eager.py), as portattn.attention's do
-        record, result = eager.replay(q4, k4, v4, causal, softmax_scale, True, None, deterministic)
-        if result is not None:
-            return result.transpose(1, 2)
-    problem = qkv_problem(q4, k4, v4)
-    if problem:
-        raise problem.error
-    masks = ops.NO_MASKS if plain else _masks(q4, k4, causal, window_size, softcap, alibi_slopes)
-    out = ops.call_op(q4, k4, v4, causal, softmax_scale, False, None, deterministic, masks, record)
+    window = _window(causal, window_size)
+    # portattn.attention on the [batch, heads, seq, d] views, which replays a repeated call (ops/eager.py)
+    out = ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal, scale=softmax_scale,
+                        deterministic=deterministic, causal_align="bottom-right", window=window, softcap=softcap,
+                        alibi_slopes=alibi_slopes)
     return out.transpose(1, 2)  # type: ignore[union-attr]
-
-
-def _without_masks(q4: torch.Tensor, k4: torch.Tensor, causal: object, window_size: object, softcap: object,
-                   alibi_slopes: object) -> bool:
-    """Whether a call needs no mask arguments: no window, softcap or ALiBi, and not causal or causal with as many
-    queries as keys (where flash-attn's bottom-right diagonal is SDPA's top-left one)."""
-    return (type(causal) is bool and isinstance(window_size, (tuple, list)) and tuple(window_size) == (-1, -1)
-            and type(softcap) in (int, float) and softcap == 0 and alibi_slopes is None
-            and (not causal or q4.shape[2] == k4.shape[2]))
 
 
 def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = 0.0,
@@ -155,7 +134,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     max_q, max_k = _check_max("max_seqlen_q", max_seqlen_q), _check_max("max_seqlen_k", max_seqlen_k)
     if alibi_slopes is not None and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != batch:
         raise ValueError(f"alibi_slopes has {alibi_slopes.shape[0]} rows but there are {batch} sequences")
-    masks = _masks(q, k, causal, window_size, softcap, alibi_slopes, (cu_seqlens_q, cu_seqlens_k, max_q, max_k))
+    masks = ops.mask_args(q, k, causal, "bottom-right", _window(causal, window_size), softcap, alibi_slopes, None,
+                          (cu_seqlens_q, cu_seqlens_k, max_q, max_k))
     return ops.call_op(q, k, v, causal, softmax_scale, False, None, deterministic, masks)  # type: ignore[return-value]
 
 

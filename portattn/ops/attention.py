@@ -62,6 +62,12 @@ MaskArgs = Tuple[bool, int, int, float, Optional[torch.Tensor], Optional[torch.T
 NO_MASKS: MaskArgs = (False, -1, -1, 0.0, None, None, None, None, 0, 0)
 
 
+def _scalar(masks: MaskArgs) -> bool:
+    """Whether the mask arguments ``masks`` hold no tensor (ALiBi slopes, a mask, sequence offsets): a launch with
+    them then reads nothing of them that changes between calls of one signature."""
+    return masks is NO_MASKS or not any(isinstance(m, torch.Tensor) for m in masks)
+
+
 def masking_for(causal: bool, masks: MaskArgs) -> Masking:
     """The kernels' description of a call's causal flag and mask arguments."""
     bottom_right, window_left, window_right, softcap, alibi, attn_mask, cu_q, cu_k, max_q, max_k = masks
@@ -92,7 +98,7 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
                   lse: Optional[torch.Tensor], causal: bool, scale: float,
                   masks: MaskArgs = NO_MASKS) -> Optional[ForwardReplay]:
     """The forward into ``out`` (and ``lse``). Returns how to launch the same call again on new tensors of its
-    signature when it launched on the inputs themselves, without mask arguments (else None)."""
+    signature when it launched on the inputs themselves, without tensors among the mask arguments (else None)."""
     if q.numel() == 0:
         return None
     masking = masking_for(causal, masks)
@@ -127,7 +133,7 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     if dest is not out:
         out.copy_(dest)
         return None
-    direct = q is inputs[0] and k is inputs[1] and v is inputs[2] and masks is NO_MASKS
+    direct = q is inputs[0] and k is inputs[1] and v is inputs[2] and _scalar(masks)
     return replay if direct else None
 
 
@@ -179,13 +185,13 @@ def _backward_into(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                    deterministic: bool, masks: MaskArgs
                    ) -> Tuple[Tuple[torch.Tensor, torch.Tensor, torch.Tensor], Optional[BackwardReplay]]:
     """The gradients, and how to launch the same backward again on new tensors of its signature when it launched on
-    the tensors themselves, without the LSE's gradient or mask arguments (else None)."""
+    the tensors themselves, without the LSE's gradient or tensors among the mask arguments (else None)."""
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     if q.numel() == 0 or k.numel() == 0:
         return (dq.zero_(), dk.zero_(), dv.zero_()), None
     inputs = dout, q, k, v, out
     dout, q, k, v, out = (_kernel_layout(_as_4d(t)) for t in inputs)
-    direct = (scale >= 0 and grad_lse is None and masks is NO_MASKS and lse.is_contiguous()
+    direct = (scale >= 0 and grad_lse is None and _scalar(masks) and lse.is_contiguous()
               and all(t is i for t, i in zip((dout, q, k, v, out), inputs)))
     negative = scale < 0  # run as the forward did: on -q with |scale|, and dq of -q is -dq
     if negative:
@@ -286,8 +292,9 @@ class _EagerAttention(torch.autograd.Function):
     """``portattn::attention`` and its autograd for eager calls on plain tensors: the operators' bodies without the
     dispatcher, whose custom-operator layer costs several hundred microseconds of host time per call. The same
     tensors are saved; a backward that builds a graph (``create_graph``) runs the backward operator, which refuses
-    a double backward. ``replays`` (calls of one signature without mask arguments) keeps the launches of the forward
-    and of each layout of the output's gradient, made by the first call, for the later ones."""
+    a double backward. ``replays`` (calls of one signature without tensors among the mask arguments) keeps the
+    launches of the forward and of each layout of the output's gradient, made by the first call, for the later
+    ones."""
 
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
@@ -329,17 +336,18 @@ class _EagerAttention(torch.autograd.Function):
 
 
 class _TrainingReplays:
-    """The replay of eager training calls of one signature without mask arguments (``eager.Replay``: called with
-    q, k, v and no ``out``, gives the output): the launches of the forward, made by the first call, and of the
-    backward for each layout of the output's gradient, made by the first backward with it."""
+    """The replay of eager training calls of one signature without tensors among the mask arguments
+    (``eager.Replay``: called with q, k, v and no ``out``, gives the output): the launches of the forward, made by
+    the first call, and of the backward for each layout of the output's gradient, made by the first backward with
+    it."""
 
-    def __init__(self, causal: bool, scale: float, deterministic: bool) -> None:
-        self.causal, self.scale, self.deterministic = causal, scale, deterministic
+    def __init__(self, causal: bool, scale: float, deterministic: bool, masks: MaskArgs) -> None:
+        self.causal, self.scale, self.deterministic, self.masks = causal, scale, deterministic, masks
         self.forward: Optional[ForwardReplay] = None
         self.backward: dict[tuple, BackwardReplay] = {}
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: None) -> torch.Tensor:
-        return _EagerAttention.apply(q, k, v, self.causal, self.scale, self.deterministic, NO_MASKS, self)[0]
+        return _EagerAttention.apply(q, k, v, self.causal, self.scale, self.deterministic, self.masks, self)[0]
 
 
 @torch.library.custom_op("portattn::attention_out", mutates_args=("out",), device_types="cuda")
@@ -404,13 +412,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     Runs as the operator ``torch.ops.portattn.attention`` (``attention_out`` with ``out``), so it can be traced by
     ``torch.compile`` and captured in CUDA graphs; the backward is the operator ``portattn::attention_backward``.
     """
-    if causal_align == "bottom-right" and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) \
-            and q.dim() == 4 and k.dim() == 4 and q.shape[2] == k.shape[2]:
-        causal_align = "top-left"  # as many queries as keys: the two alignments are one diagonal
+    if causal_align == "bottom-right" and (
+            not causal and window is None and alibi_slopes is None  # nothing depends on the diagonal
+            or isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 4 and k.dim() == 4
+            and q.shape[2] == k.shape[2]):  # as many queries as keys: the two alignments are one diagonal
+        causal_align = "top-left"
     record = None
-    if (not return_lse and causal_align == "top-left" and window is None and softcap == 0.0
-            and alibi_slopes is None and attn_mask is None and (deterministic is None or type(deterministic) is bool)):
-        record, result = eager.replay(q, k, v, causal, scale, True, out, deterministic)
+    options = _replay_options(causal_align, window, softcap)
+    if (not return_lse and options is not None and alibi_slopes is None and attn_mask is None
+            and (deterministic is None or type(deterministic) is bool)):
+        record, result = eager.replay(q, k, v, causal, scale, True, out, deterministic, options)
         if result is not None:
             return result
     problem = qkv_problem(q, k, v) or options_problem(causal, scale)
@@ -425,6 +436,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if out is not None:
         _check_out(out, q, k, v)
     return call_op(q, k, v, causal, scale, return_lse, out, deterministic, masks, record)
+
+
+def _replay_options(causal_align: object, window: object, softcap: object) -> Optional[tuple]:
+    """The mask options of an ``attention`` call for its replay key (``eager.signature``): empty for none, else
+    (causal_align, window, softcap); None for values of other types than the checks take as they are."""
+    if causal_align == "top-left" and window is None and type(softcap) is float and softcap == 0.0:
+        return ()
+    if (type(causal_align) is not str or type(softcap) not in (int, float)
+            or window is not None and not (type(window) is tuple and all(type(w) is int for w in window))):
+        return None
+    return causal_align, window, softcap
 
 
 def mask_args(q: torch.Tensor, k: torch.Tensor, causal: bool, causal_align: str,
@@ -482,7 +504,7 @@ def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()
         if bodies:  # eager training: the same operator bodies and saved tensors
-            replays = _TrainingReplays(causal, scale, deterministic) if record is not None else None
+            replays = _TrainingReplays(causal, scale, deterministic, masks) if record is not None else None
             out, lse = _EagerAttention.apply(q, k, v, causal, scale, deterministic, masks, replays)
             if replays is not None and replays.forward is not None:
                 eager.remember(record, replays)

@@ -41,16 +41,17 @@ def plain(tensors: tuple, aligned: tuple, training: bool = False) -> bool:
 
 
 def signature(q: object, k: object, v: object, causal: object, scale: object, gqa: object,
-              out: object = None, deterministic: object = None) -> Optional[tuple]:
+              out: object = None, deterministic: object = None, options: tuple = ()) -> Optional[tuple]:
     """The key of an ``attention`` or SDPA call that may replay an earlier one (``plain`` tensors, a bool
-    ``causal``, a float or None ``scale``; ``out``: the tensor given to receive the output, or None); else None.
-    A call that needs gradients (no ``out``) is a training call: its key holds which inputs need them and whether
-    the backward is ``deterministic`` (None: as torch's setting is now)."""
+    ``causal``, a float or None ``scale``; ``out``: the tensor given to receive the output, or None; ``options``:
+    the call's other options, hashable, empty for none); else None. A call that needs gradients (no ``out``) is a
+    training call: its key holds which inputs need them and whether the backward is ``deterministic`` (None: as
+    torch's setting is now)."""
     if type(causal) is not bool or not (scale is None or type(scale) is float) or not plain((q, k, v), (q, k, v),
                                                                                           training=True):
         return None
     key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
-           k.device, v.device, causal, scale, gqa, *settings())
+           k.device, v.device, causal, scale, gqa, options, *settings())
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         if out is not None or not (deterministic is None or type(deterministic) is bool):
             return None  # the checks refuse out= here, and a deterministic that is not a bool
@@ -70,12 +71,12 @@ def settings() -> tuple:
     return OVERRIDES.get(), environ.get(LANES_ENV), environ.get(KERNEL_ENV)
 
 
-def replay(q: object, k: object, v: object, causal: object, scale: object, gqa: object,
-           out: object = None, deterministic: object = None) -> tuple[Optional[tuple], Optional[torch.Tensor]]:
+def replay(q: object, k: object, v: object, causal: object, scale: object, gqa: object, out: object = None,
+           deterministic: object = None, options: tuple = ()) -> tuple[Optional[tuple], Optional[torch.Tensor]]:
     """``(key, out)``: the call's ``signature`` (None when it may not replay) and, when a call of that signature ran
     before, its output on q, k, v, in ``out`` when given (else None: the caller takes the checked path and remembers
     its launches under the key)."""
-    key = signature(q, k, v, causal, scale, gqa, out, deterministic)
+    key = signature(q, k, v, causal, scale, gqa, out, deterministic, options)
     fn = lookup(key)
     if fn is None:
         return key, None

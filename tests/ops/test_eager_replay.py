@@ -168,3 +168,40 @@ def test_flash_attn_func_training_calls_replay(gen):
         for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
             err = float((g.transpose(1, 2).double() - r).abs().max()) / largest
             assert err <= 5e-2, (call, name, err)
+
+
+@pytest.mark.parametrize("opts", [dict(causal=True, window=(40, 0)), dict(window=(30, 20)), dict(softcap=3.0),
+                                  dict(causal=True, causal_align="bottom-right")],
+                         ids=["causal window", "window", "softcap", "bottom-right"])
+def test_calls_with_mask_options_replay(gen, opts):
+    """Calls with a window, softcap or a bottom-right diagonal (150 queries over 200 keys), repeated with fresh inputs:
+    the second and later training calls replay forward and backward (their options are part of the signature), the
+    inference calls too, and every output and gradient matches float64 on its own inputs."""
+    from portattn.ops import attention as attention_ops
+    from portattn.tools.reference import reference_masked
+
+    causal = opts.get("causal", False)
+    options = attention_ops._replay_options(opts.get("causal_align", "top-left"), opts.get("window"),
+                                            opts.get("softcap", 0.0))
+    ref_opts = dict(causal=causal, softcap=opts.get("softcap", 0.0), window=opts.get("window", (-1, -1)),
+                    bottom_right=opts.get("causal_align") == "bottom-right")
+    for call in range(3):
+        q = rand(gen, torch.bfloat16, 2, 4, 150, 64).requires_grad_()
+        k, v = (rand(gen, torch.bfloat16, 2, 2, 200, 64).requires_grad_() for _ in range(2))
+        key = eager.signature(q, k, v, causal, None, True, options=options)
+        if call == 0:
+            eager._replays.pop(key, None)
+        assert options and key is not None and (key in eager._replays) == (call > 0)
+        leaves64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
+        ref, _ = reference_masked(*leaves64, **ref_opts)
+        out = portattn.attention(q, k, v, **opts)
+        with torch.no_grad():
+            inference = portattn.attention(q, k, v, **opts)
+        for result in (out, inference):
+            assert float((result.double() - ref).abs().max() / ref.abs().max()) <= 3e-2, call
+        dout = rand(gen, torch.bfloat16, *q.shape)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+        refs = torch.autograd.grad(ref, leaves64, dout.double())
+        largest = max(float(r.abs().max()) for r in refs)
+        for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
+            assert float((g.double() - r).abs().max()) / largest <= 5e-2, (call, name)

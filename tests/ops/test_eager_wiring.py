@@ -39,9 +39,10 @@ def test_entry_points_replay_a_remembered_call(remembered):
 
 
 def test_bottom_right_calls_replay_where_the_diagonals_agree(remembered):
-    """With as many queries as keys flash-attn's bottom-right diagonal is the top-left one: flash_attn_func
-    ([batch, seq, heads, dim] views of the remembered tensors) and attention(causal_align="bottom-right") replay the
-    top-left call. With fewer queries, or a window or softcap, they take the checked path (CPU tensors: it raises)."""
+    """With as many queries as keys (or no causal mask, window or ALiBi) flash-attn's bottom-right diagonal is the
+    top-left one: flash_attn_func ([batch, seq, heads, dim] views of the remembered tensors) and
+    attention(causal_align="bottom-right") replay the top-left call. With fewer queries, a causal bottom-right call
+    has a signature of its own (not remembered here: the checked path, which raises for CPU tensors)."""
     from portattn.flash_attn import flash_attn_func
 
     def bshd(t):
@@ -55,9 +56,31 @@ def test_bottom_right_calls_replay_where_the_diagonals_agree(remembered):
     assert torch.equal(portattn.attention(q, k, v, causal=True, causal_align="bottom-right"), q + 1)
     assert torch.equal(flash_attn_func(bshd(short), bshd(k), bshd(v)), bshd(short + 1))  # no diagonal
     for call in (lambda: flash_attn_func(bshd(short), bshd(k), bshd(v), causal=True),
-                 lambda: portattn.attention(short, k, v, causal=True, causal_align="bottom-right"),
-                 lambda: flash_attn_func(bshd(q), bshd(k), bshd(v), causal=True, window_size=(2, 0)),
-                 lambda: flash_attn_func(bshd(q), bshd(k), bshd(v), softcap=5.0)):
+                 lambda: portattn.attention(short, k, v, causal=True, causal_align="bottom-right")):
+        with pytest.raises(ValueError):
+            call()
+
+
+def test_mask_options_have_signatures_of_their_own(remembered):
+    """Windows and softcap are part of a call's signature: a remembered windowed or softcapped call replays for the
+    same options only (flash_attn_func's too, with as many queries as keys); a window given as a list, or options
+    of other types than the checks take as they are, take the checked path."""
+    from portattn.flash_attn import flash_attn_func
+
+    q, k, v = torch.randn(1, 4, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64)
+    for options in (("top-left", (2, 0), 0.0), ("top-left", None, 5.0)):
+        assert eager.signature(q, k, v, True, None, True, options=options) != eager.signature(q, k, v, True, None,
+                                                                                             True)
+        eager.remember(eager.signature(q, k, v, True, None, True, options=options), stand_in)
+    assert torch.equal(portattn.attention(q, k, v, causal=True, window=(2, 0)), q + 1)
+    assert torch.equal(portattn.attention(q, k, v, causal=True, softcap=5.0), q + 1)
+    assert torch.equal(flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True,
+                                       window_size=(2, 0)), (q + 1).transpose(1, 2))
+    for call in (lambda: portattn.attention(q, k, v, causal=True),  # no options: not remembered
+                 lambda: portattn.attention(q, k, v, causal=True, window=(3, 0)),
+                 lambda: portattn.attention(q, k, v, causal=True, window=[2, 0]),
+                 lambda: portattn.attention(q, k, v, causal=True, softcap=4.0),
+                 lambda: portattn.attention(q, k, v, causal=True, window=(2, 0), softcap=5.0)):
         with pytest.raises(ValueError):
             call()
 
