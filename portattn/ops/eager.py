@@ -2,9 +2,9 @@
 (ops/kvcache.py) whose signature (shapes, strides, dtypes, devices, options, target settings) ran before on plain
 tensors, launching the kernels on its inputs directly, launches the same kernels again, without the checks, the
 layout work and the kernel choice. A training call (inputs that need gradients) replays its forward's launches, and
-its backward those of the first backward of its signature. The host cost of one call matters when decoding (one
-call per layer per token) and in small training steps. One store holds the launches of every kind of call, under
-keys of their own."""
+its backward those of the first backward with the same layout of the output's gradient. The host cost of one call
+matters when decoding (one call per layer per token) and in small training steps. One store holds the launches of
+every kind of call, under keys of their own."""
 from typing import Callable, Optional
 
 import torch
