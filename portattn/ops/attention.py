@@ -176,6 +176,12 @@ def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return torch.empty_like(q), _new_lse(q, return_lse)
 
 
+def _new_grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Uninitialized contiguous tensors for the gradients of q, k and v."""
+    return (torch.empty(q.shape, dtype=q.dtype, device=q.device), torch.empty(k.shape, dtype=k.dtype, device=k.device),
+            torch.empty(v.shape, dtype=v.dtype, device=v.device))
+
+
 # Launches a backward again on new tensors of its signature: fn(dout, q, k, v, out, lse) -> (dq, dk, dv).
 BackwardReplay = Callable[..., Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
@@ -186,7 +192,7 @@ def _backward_into(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                    ) -> Tuple[Tuple[torch.Tensor, torch.Tensor, torch.Tensor], Optional[BackwardReplay]]:
     """The gradients, and how to launch the same backward again on new tensors of its signature when it launched on
     the tensors themselves, without the LSE's gradient or tensors among the mask arguments (else None)."""
-    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    dq, dk, dv = _new_grads(q, k, v)
     if q.numel() == 0 or k.numel() == 0:
         return (dq.zero_(), dk.zero_(), dv.zero_()), None
     inputs = dout, q, k, v, out
@@ -206,7 +212,7 @@ def _backward_into(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
 
     def replay(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                lse: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+        dq, dk, dv = _new_grads(q, k, v)
         backward.start(launches, dout, q, k, v, out, lse, None, dq, dk, dv, scale, masking)
         return dq, dk, dv
     return (dq, dk, dv), replay
@@ -229,8 +235,7 @@ def attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
 @attention_backward_op.register_fake
 def _attention_backward_fake(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              out: torch.Tensor, *args: Any) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return (torch.empty(q.shape, dtype=q.dtype, device=q.device), torch.empty(k.shape, dtype=k.dtype, device=k.device),
-            torch.empty(v.shape, dtype=v.dtype, device=v.device))
+    return _new_grads(q, k, v)
 
 
 def _refuse_double_backward(ctx: Any, *grads: torch.Tensor) -> None:
@@ -250,9 +255,9 @@ _SAVED = object()  # stands for a mask argument saved with the tensors
 def _save(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
           masks: tuple, causal: bool, scale: float, deterministic: bool, has_lse: bool) -> None:
     """Keep what the backward reads: the tensors (the mask arguments' among them) and the call's options."""
-    if masks is NO_MASKS:
+    if _scalar(masks):
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.masks = NO_MASKS
+        ctx.masks = masks
     else:
         ctx.save_for_backward(q, k, v, out, lse, *[t for t in masks if isinstance(t, torch.Tensor)])
         ctx.masks = tuple(_SAVED if isinstance(t, torch.Tensor) else t for t in masks)
@@ -262,8 +267,8 @@ def _save(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
 def _saved(ctx: Any) -> tuple:
     """``(q, k, v, out, lse, masks)`` as ``_save`` kept them."""
     q, k, v, out, lse, *tensors = ctx.saved_tensors
-    if ctx.masks is NO_MASKS:
-        return q, k, v, out, lse, NO_MASKS
+    if not tensors:
+        return q, k, v, out, lse, ctx.masks
     saved = iter(tensors)
     return q, k, v, out, lse, tuple(next(saved) if m is _SAVED else m for m in ctx.masks)
 
@@ -556,10 +561,7 @@ _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 def _autocast_dtype(kind: str) -> Optional[torch.dtype]:
     """The dtype ``torch.autocast`` casts to on devices of type ``kind``, or None while it is off there."""
-    try:
-        return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
-    except (AttributeError, TypeError):  # torch 2.4 before the device-type forms: CUDA only
-        return torch.get_autocast_gpu_dtype() if kind == "cuda" and torch.is_autocast_enabled() else None
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
 
 
 def sdpa_replay(query: object, key: object, value: object, attn_mask: object, dropout_p: object, is_causal: object,
