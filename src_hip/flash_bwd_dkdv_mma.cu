@@ -121,32 +121,45 @@ PA_DEVICE void store_ds_transposed(const pa_mma_c (&ds)[MT][SM], pa_elem* ds_s) 
 
 #if PA_MMA_WGMMA
 // dS K of query tile t into the float32 tile dq_s, which the dQ writers then add to dq_accum (write_dq). The
-// warpgroups split the tile into DQ_ROWS blocks of 64 rows and, within them, the head dim into DQ_N-column slices:
-// warpgroup g computes rows 64 (g % DQ_ROWS) .. (each of its warps 16 of them), columns (g / DQ_ROWS) DQ_N ...
+// warpgroups split the tile into DQ_ROWS blocks of 64 rows and, within them, the head dim into DQ_SLICES column slices:
+// warpgroup g computes rows 64 (g % DQ_ROWS) .. (each of its warps 16 of them) of slice g / DQ_ROWS. A slice is
+// DQ_N columns, whole 64-column blocks of the K tile (the unit's N-major operands start at a block), the last one
+// what is left of the head dim (d = 96: 64 and 32).
 // Before writing, waits for the writers to be done with tile t - 1 (`empty`); then hands the tile to them (`full`).
 constexpr int DQ_ROWS = BM / 64;
-constexpr int DQ_N = D / (WAVES / 4 / DQ_ROWS);
-PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, unsigned long long* full,
-                      unsigned long long* empty, int t) {
-    const int g = pa_wave_id() / 4, r0 = g % DQ_ROWS * 64, c0 = g / DQ_ROWS * DQ_N;
-    pa_mma_c part[DQ_N / PA_MMA_N];
+constexpr int DQ_SLICES = WAVES / 4 / DQ_ROWS;
+constexpr int DQ_N = (D / DQ_SLICES + 63) / 64 * 64;
+constexpr int DQ_LAST = D - (DQ_SLICES - 1) * DQ_N;
+static_assert(DQ_LAST > 0 && DQ_LAST <= DQ_N, "the head dim's dQ slices");
+template <int N>
+PA_DEVICE void add_dq_slice(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, unsigned long long* full,
+                            unsigned long long* empty, int t, int r0, int c0) {
+    pa_mma_c part[N / PA_MMA_N];
 #pragma unroll
-    for (int j = 0; j < DQ_N / PA_MMA_N; ++j)
+    for (int j = 0; j < N / PA_MMA_N; ++j)
 #pragma unroll
         for (int i = 0; i < PA_MMA_C_REGS; ++i) part[j][i] = 0.f;
     pa_wgmma_fence();
 #pragma unroll
     for (int k0 = 0; k0 < BN; k0 += PA_MMA_K)
-        pa_wgmma_st<DQ_N>(&part[0][0], pa_wgmma_desc(pa_tile_operand<BM>(ds_s, r0, k0), 16),
-                          pa_wgmma_desc(pa_tile_operand<BN>(k_s, k0, c0), BN * 128));
+        pa_wgmma_st<N>(&part[0][0], pa_wgmma_desc(pa_tile_operand<BM>(ds_s, r0, k0), 16),
+                       pa_wgmma_desc(pa_tile_operand<BN>(k_s, k0, c0), BN * 128));
     pa_wgmma_commit();
     pa_wgmma_wait<0>();
-    pa_wgmma_settle<DQ_N / 2>(&part[0][0]);
+    pa_wgmma_settle<N / 2>(&part[0][0]);
     if (t > 0) pa_mbar_wait(empty, (t - 1) & 1);
 #pragma unroll
     for (int rr = 0; rr < PA_MMA_C_ROWS; ++rr)
         pa_tile_store_row_f32(dq_s + (r0 + pa_wave_id() % 4 * PA_MMA_M + pa_mma_c_row(rr)) * LDQ + c0, part, rr, 1.f);
     pa_mbar_arrive(full);
+}
+PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, unsigned long long* full,
+                      unsigned long long* empty, int t) {
+    const int g = pa_wave_id() / 4, r0 = g % DQ_ROWS * 64, slice = g / DQ_ROWS;
+    if (DQ_LAST == DQ_N || slice < DQ_SLICES - 1)
+        add_dq_slice<DQ_N>(ds_s, k_s, dq_s, full, empty, t, r0, slice * DQ_N);
+    else
+        add_dq_slice<DQ_LAST>(ds_s, k_s, dq_s, full, empty, t, r0, slice * DQ_N);
 }
 
 // The dQ writers: for each of the block's `tiles` query tiles, wait for its dQ tile dq_s, add its first `valid` rows
@@ -180,8 +193,7 @@ template <class TileAt>
 PA_DEVICE void copy_query_tiles(const PaBwdParams& p, pa_elem* q_s, pa_elem* do_s, unsigned long long* full,
                                 unsigned long long* empty, unsigned long long* landed, int tiles, int batch,
                                 const TileAt& tile_at) {
-    constexpr int W = PA_TILE_ROW_ELEMS;
-    static_assert(D % W == 0, "bulk copies of whole 128-byte column blocks");
+    constexpr int W = PA_TILE_ROW_ELEMS;  // columns of one copy (128 bytes; past the head dim the copies bring zeros)
     const int lane = pa_lane_id();
     int partial = 0;  // tiles that landed on `landed` so far: its phase
 #pragma unroll 1
@@ -194,7 +206,7 @@ PA_DEVICE void copy_query_tiles(const PaBwdParams& p, pa_elem* q_s, pa_elem* do_
         if (lane == 0) {
             pa_mbar_expect_bytes(bar, 2 * QT * (int)sizeof(pa_elem));
 #pragma unroll
-            for (int c = 0; c < D / W; ++c) {
+            for (int c = 0; c < (D + W - 1) / W; ++c) {
                 pa_tma_load4(q_s + buf * QT + c * BM * W, &p.map_q, c * W, row, head, batch, bar);
                 pa_tma_load4(do_s + buf * QT + c * BM * W, &p.map_do, c * W, row, head, batch, bar);
             }
