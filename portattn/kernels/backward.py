@@ -57,16 +57,19 @@ _NV_DKDV = rows(HALF, {
     96: T(block_m=32, block_n=64, threads=128, split=2, stages=2),
     128: T(block_m=32, block_n=64, threads=128, split=2, stages=2),
 })
-# sm_90: the warpgroup MMA for the 16-bit head dims 64, 96 and 128 (64 keys per warpgroup; at d = 96 2.1-2.3x the
-# mma.sync tile, H100, bf16 and fp16, N = 1024-8192, causal and not). d = 64 takes 128-query tiles: Sᵀ and dPᵀ are
-# then 128 columns wide, which read fewer operand bytes per product than 64-query tiles (1.10-1.15x those); d = 96
-# and 128 have no registers for them. float32 d = 96 / 128: 16-query tiles hold the whole
+# sm_90: the warpgroup MMA for the 16-bit head dims 64, 96, 128 and 256 (64 keys per warpgroup; against the mma.sync
+# tiles 2.1-2.3x at d = 96, 2.3-3.0x at d = 256, H100, bf16 and fp16, N = 1024-8192, causal and not). d = 64 takes
+# 128-query tiles: Sᵀ and dPᵀ are then 128 columns wide, which read fewer operand bytes per product than 64-query
+# tiles (1.10-1.15x those); d = 96 and 128 have no registers for them. d = 256 splits the head dim's columns of dK,
+# dV and dQ over two blocks (each computes Sᵀ and dPᵀ whole), on 32-query tiles, whose two buffers of Q and dO fit
+# the shared memory next to the whole K and V; dQ is then computed transposed (the unit's rows are 64). float32 d = 96 / 128: 16-query tiles hold the whole
 # head dim's dK and dV without a column split, so S and dP are computed once: 1.3x (d = 96) and 1.5-1.6x (d = 128)
 # the split tile's speed (d = 64 stays: 16-query tiles ran 0.88x there).
 _SM90_DKDV = _NV_DKDV | rows(HALF, {
     64: T(block_m=128, block_n=128, threads=256, stages=2, warpgroup_mma=True),
     96: T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
     128: T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
+    256: T(block_m=32, block_n=128, threads=256, split=2, stages=2, warpgroup_mma=True),
 }) | rows(F32, {d: T(block_m=16, block_n=64, threads=128, stages=2) for d in (96, 128)})
 # dQ kernel (block_m queries per block, block_n keys per streamed tile), matrix units.
 _NV_DQ = rows(HALF, {
@@ -231,7 +234,7 @@ class BwdSpec(KernelSpec):
         size = 4 if self.dtype == "float32" else 2
         if t.warpgroup_mma:  # rows of whole 64-column blocks
             tiles = (2 * t.block_n + 2 * t.stages * t.block_m) * -(-self.head_dim // 64) * 64 + t.block_m * t.block_n
-            dq_tile = 4 * t.block_m * (self.head_dim + 8) + 16 + 16 * t.stages + 8
+            dq_tile = 4 * t.block_m * (self.head_dim // t.split + 8) + 16 + 16 * t.stages + 8
             return size * tiles + 8 * t.stages * t.block_m + dq_tile + 1024 - 16
         row = self.head_dim + 16 // size
         if self.stage == "dkdv":

@@ -92,7 +92,7 @@ def test_gradients(gen, needs_backward, dtype, d, causal, nq, nk):
 
 
 @pytest.mark.parametrize("n", [1024, 4097])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 def test_long_causal(gen, needs_backward, dtype, d, n):
     needs_backward(dtype, d)
@@ -101,11 +101,12 @@ def test_long_causal(gen, needs_backward, dtype, d, n):
 
 
 @pytest.mark.parametrize("hq,hk", [(8, 2), (6, 1)])
+@pytest.mark.parametrize("d", [96, 128, 256])
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
-def test_grouped_query_bshd_views_and_scale(gen, needs_backward, dtype, hq, hk):
+def test_grouped_query_bshd_views_and_scale(gen, needs_backward, dtype, d, hq, hk):
     """dK and dV sum over each group of query heads; BSHD .transpose(1, 2) views are read in place."""
-    needs_backward(dtype, 128)
-    b, n, d = 2, 257, 128
+    needs_backward(dtype, d)
+    b, n = 2, 257
     q = rand(gen, dtype, b, n, hq, d).transpose(1, 2)
     k, v = (rand(gen, dtype, b, n + 30, hk, d).transpose(1, 2) for _ in range(2))
     check(q, k, v, causal=True, gen=gen)
