@@ -53,9 +53,9 @@ static_assert(D % PA_SPLIT == 0 && DC % (PA_MMA_N * PA_MMA_B_TILES) == 0 && D % 
 #if PA_MMA_WGMMA
 // Query tiles of whole 64-row blocks, each taken by whole warpgroups, without a column split; or 32-query tiles
 // (DQ_T: dQ^T = K^T dS^T, each warpgroup 64 of the block's head-dim columns), with or without one.
-constexpr bool DQ_T = BM == 32;
-static_assert(WAVES % 4 == 0 &&
-                  (DQ_T ? DC == 64 * (WAVES / 4) : PA_SPLIT == 1 && BM % 64 == 0 && WAVES / 4 % (BM / 64) == 0),
+constexpr bool DQ_T = BM < 64;
+static_assert(WAVES % 4 == 0 && (DQ_T ? 2 * BM == 64 && DC == 64 * (WAVES / 4)
+                                      : PA_SPLIT == 1 && BM % 64 == 0 && WAVES / 4 % (BM / 64) == 0),
               "warpgroup MMA: unsupported query tile, column split or warpgroup count");
 constexpr int DS_ELEMS = BM * BN;  // the dS tile [query][key], swizzled like the other tiles
 // Padded row of the float32 dQ tile: a row step of 8 banks, so that the 8-byte stores of four rows by a half-warp

@@ -52,15 +52,19 @@ static_assert(PA_THREADS % PA_WARP_SIZE == 0 && MT >= 1 && BN == WAVES * PA_MMA_
 static_assert(SM % PA_MMA_B_TILES == 0 && BM % PA_MMA_K == 0 && BN % PA_MMA_K == 0, "unsupported PA_BLOCK_M");
 static_assert(D % PA_SPLIT == 0 && DC % (PA_MMA_N * PA_MMA_B_TILES) == 0 && D % PA_MMA_K == 0, "bad PA_SPLIT");
 #if PA_MMA_WGMMA
-static_assert(PA_SPLIT == 1 && BM % 64 == 0 && WAVES % 4 == 0 && WAVES / 4 % (BM / 64) == 0,
-              "warpgroup MMA: query tiles of whole 64-row blocks, each taken by whole warpgroups; no column split");
+// Query tiles of whole 64-row blocks, each taken by whole warpgroups, without a column split; or 32-query tiles
+// (DQ_T: dQ^T = K^T dS^T, each warpgroup 64 of the block's head-dim columns), with or without one.
+constexpr bool DQ_T = BM < 64;
+static_assert(WAVES % 4 == 0 && (DQ_T ? 2 * BM == 64 && DC == 64 * (WAVES / 4)
+                                      : PA_SPLIT == 1 && BM % 64 == 0 && WAVES / 4 % (BM / 64) == 0),
+              "warpgroup MMA: unsupported query tile, column split or warpgroup count");
 constexpr int DS_ELEMS = BM * BN;  // the dS tile [query][key], swizzled like the other tiles
 // Padded row of the float32 dQ tile: a row step of 8 banks, so that the 8-byte stores of four rows by a half-warp
 // fill the 32 banks once.
-constexpr int LDQ = D + 8;
+constexpr int LDQ = DC + 8;
 constexpr int WRITERS = 128;                        // the copying and dQ-adding warpgroup's threads
 constexpr int DQ_WRITERS = WRITERS - PA_WARP_SIZE;  // its threads that add dQ (all but the copying warp)
-static_assert(DQ_WRITERS % (D / 4) == 0, "the dQ writers take whole rows of 16-byte column groups");
+static_assert(DQ_WRITERS % (DC / 4) == 0, "the dQ writers take whole rows of 16-byte column groups");
 constexpr int BLOCK_THREADS = PA_THREADS + WRITERS;
 // Registers per thread after the reallocation (setmaxnreg), out of what the block holds at launch.
 constexpr int WRITER_REGS = 24;
@@ -126,7 +130,7 @@ PA_DEVICE void store_ds_transposed(const pa_mma_c (&ds)[MT][SM], pa_elem* ds_s) 
 // DQ_N columns, whole 64-column blocks of the K tile (the unit's N-major operands start at a block), the last one
 // what is left of the head dim (d = 96: 64 and 32).
 // Before writing, waits for the writers to be done with tile t - 1 (`empty`); then hands the tile to them (`full`).
-constexpr int DQ_ROWS = BM / 64;
+constexpr int DQ_ROWS = DQ_T ? 1 : BM / 64;
 constexpr int DQ_SLICES = WAVES / 4 / DQ_ROWS;
 constexpr int DQ_N = (D / DQ_SLICES + 63) / 64 * 64;
 constexpr int DQ_LAST = D - (DQ_SLICES - 1) * DQ_N;
@@ -153,22 +157,55 @@ PA_DEVICE void add_dq_slice(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s
         pa_tile_store_row_f32(dq_s + (r0 + pa_wave_id() % 4 * PA_MMA_M + pa_mma_c_row(rr)) * LDQ + c0, part, rr, 1.f);
     pa_mbar_arrive(full);
 }
+// 32-query tiles: dQ^T = K^T dS^T, warpgroup g taking the block's head-dim columns c0 + 64 g .. as the product's
+// rows (K read transposed), its float32 result stored transposed into the dQ tile.
+PA_DEVICE void add_dq_transposed(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, unsigned long long* full,
+                                 unsigned long long* empty, int t, int c0) {
+    const int m0 = pa_wave_id() / 4 * 64;
+    pa_mma_c part[BM / PA_MMA_N];
+#pragma unroll
+    for (int j = 0; j < BM / PA_MMA_N; ++j)
+#pragma unroll
+        for (int i = 0; i < PA_MMA_C_REGS; ++i) part[j][i] = 0.f;
+    pa_wgmma_fence();
+#pragma unroll
+    for (int k0 = 0; k0 < BN; k0 += PA_MMA_K)
+        pa_wgmma_ts_n32(&part[0][0], pa_wgmma_desc(pa_tile_operand<BN>(k_s, k0, c0 + m0), BN * 128),
+                        pa_wgmma_desc(pa_tile_operand<BM>(ds_s, 0, k0), 16));
+    pa_wgmma_commit();
+    pa_wgmma_wait<0>();
+    pa_wgmma_settle<BM / 2>(&part[0][0]);
+    if (t > 0) pa_mbar_wait(empty, (t - 1) & 1);
+    const int col = m0 + pa_wave_id() % 4 * PA_MMA_M;  // this warp's first head-dim column of the dQ tile
+#pragma unroll
+    for (int j = 0; j < BM / PA_MMA_N; ++j)
+#pragma unroll
+        for (int rr = 0; rr < PA_MMA_C_ROWS; ++rr)
+#pragma unroll
+            for (int e = 0; e < PA_MMA_C_COLS; ++e)
+                dq_s[(j * PA_MMA_N + pa_mma_c_col(e)) * LDQ + col + pa_mma_c_row(rr)] = part[j][rr * PA_MMA_C_COLS + e];
+    pa_mbar_arrive(full);
+}
 PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, unsigned long long* full,
-                      unsigned long long* empty, int t) {
-    const int g = pa_wave_id() / 4, r0 = g % DQ_ROWS * 64, slice = g / DQ_ROWS;
-    if (DQ_LAST == DQ_N || slice < DQ_SLICES - 1)
-        add_dq_slice<DQ_N>(ds_s, k_s, dq_s, full, empty, t, r0, slice * DQ_N);
-    else
-        add_dq_slice<DQ_LAST>(ds_s, k_s, dq_s, full, empty, t, r0, slice * DQ_N);
+                      unsigned long long* empty, int t, int c0) {
+    if constexpr (DQ_T) {
+        add_dq_transposed(ds_s, k_s, dq_s, full, empty, t, c0);
+    } else {
+        const int g = pa_wave_id() / 4, r0 = g % DQ_ROWS * 64, slice = g / DQ_ROWS;
+        if (DQ_LAST == DQ_N || slice < DQ_SLICES - 1)
+            add_dq_slice<DQ_N>(ds_s, k_s, dq_s, full, empty, t, r0, slice * DQ_N);
+        else
+            add_dq_slice<DQ_LAST>(ds_s, k_s, dq_s, full, empty, t, r0, slice * DQ_N);
+    }
 }
 
 // The dQ writers: for each of the block's `tiles` query tiles, wait for its dQ tile dq_s, add its first `valid` rows
 // to the float32 rows at dst (tile_rows(t, dst, valid)) with 16-byte atomics, and hand the tile back. Writer i adds
-// columns 4 (i % (D / 4)) .. of rows i / (D / 4), i / (D / 4) + DQ_WRITERS / (D / 4), ...
+// columns 4 (i % (DC / 4)) .. of rows i / (DC / 4), i / (DC / 4) + DQ_WRITERS / (DC / 4), ...
 template <class TileRows>
 PA_DEVICE void write_dq(const float* dq_s, unsigned long long* full, unsigned long long* empty, int tiles,
                         const TileRows& tile_rows) {
-    const int id = threadIdx.x - PA_THREADS - PA_WARP_SIZE, c = id % (D / 4) * 4;
+    const int id = threadIdx.x - PA_THREADS - PA_WARP_SIZE, c = id % (DC / 4) * 4;
 #pragma unroll 1
     for (int t = 0; t < tiles; ++t) {
         float* dst;
@@ -177,7 +214,7 @@ PA_DEVICE void write_dq(const float* dq_s, unsigned long long* full, unsigned lo
         dst += c;
         pa_mbar_wait(full, t & 1);
 #pragma unroll 1
-        for (int r = id / (D / 4); r < min(BM, valid); r += DQ_WRITERS / (D / 4))
+        for (int r = id / (DC / 4); r < min(BM, valid); r += DQ_WRITERS / (DC / 4))
             pa_atomic_add4(dst + r * D, pa_load4(dq_s + r * LDQ + c));
         pa_mbar_arrive(empty);
     }
@@ -335,7 +372,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
         else if (p.dq_atomic)
             write_dq(dq_s, dq_full, dq_empty, tiles, [&](int t, float*& dst, int& valid) {
                 const int h = tile_head(t), m0 = tile_row(t);
-                dst = p.dq_accum + (pa_bwd_row0(p, seq, b, h) + m0) * D;
+                dst = p.dq_accum + (pa_bwd_row0(p, seq, b, h) + m0) * D + c0;
                 valid = seq.seqlen_q - m0;
             });
         return;
@@ -418,8 +455,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
         pa_mma_a p_a[MT][BM / PA_MMA_K], ds_a[MT][BM / PA_MMA_K];  // unchanged until the products complete
         pa_tile_to_a(p_a, s);
         pa_tile_to_a(ds_a, ds);
-        pa_tile_pv_start<MT, OC, BM>(dv, p_a, do_t);
-        pa_tile_pv_start<MT, OC, BM>(dk, ds_a, q_t);
+        pa_tile_pv_start<MT, OC, BM>(dv, p_a, pa_tile_operand<BM>(do_t, 0, c0));
+        pa_tile_pv_start<MT, OC, BM>(dk, ds_a, pa_tile_operand<BM>(q_t, 0, c0));
 #else
         pa_tile_pv<MT, OC, BM, SM>(dv, s, do_t + c0);
         pa_tile_pv<MT, OC, BM, SM>(dk, ds, q_t + c0);
@@ -433,7 +470,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
 #endif
             sync_computing();
 #if PA_MMA_WGMMA
-            add_dq(ds_s, k_s, dq_s, dq_full, dq_empty, t);
+            add_dq(ds_s, k_s, dq_s, dq_full, dq_empty, t, c0);
 #else
             add_dq(ds_s, k_s, p.dq_accum + pa_bwd_row0(p, seq, b, h) * D, m0, seq.seqlen_q, c0);
 #endif

@@ -141,10 +141,20 @@ PA_DEVICE void pa_wgmma_rs(float* d, const unsigned (&a)[4], unsigned long long 
 
 // d (N / 2 floats) += A (64 x 16) * B (16 x N). ss: A and B in shared memory, both K-major; accumulate == 0
 // overwrites d instead. rs: A in registers, B N-major (transposed). st: A K-major and B N-major, both in shared
-// memory. Score tiles are 64, 80 or 128 keys wide (ss); output tiles are the head dim wide, at most 128
-// columns a product (rs, N = 64, 96 or 128); the backward's dQ = dS K takes half the head dim per warpgroup (st, N = 32
-// or 64).
+// memory. Score tiles are 32 (the backward's 32-query tiles), 64, 80 or 128 keys wide (ss); output tiles are the
+// head dim wide, at most 128 columns a product (rs, N = 64, 96 or 128); the backward's dQ = dS K takes a slice of the
+// head dim per warpgroup (st, N = 32 or 64), or with 32-query tiles dQ^T = K^T dS^T (ts below).
 // clang-format off: the operand lists keep eight accumulators a line
+PA_DEVICE void pa_wgmma_ss_n32(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." PA_WGMMA_AB " {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
 PA_DEVICE void pa_wgmma_ss_n64(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -265,13 +275,27 @@ PA_DEVICE void pa_wgmma_st_n64(float* d, unsigned long long desc_a, unsigned lon
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
+// d (16 floats) += A (64 x 16) * B (16 x 32), both from shared memory: A M-major (transposed: its 64 rows run along
+// the shared rows, as the head-dim columns of a K tile do), B K-major.
+PA_DEVICE void pa_wgmma_ts_n32(float* d, unsigned long long desc_a, unsigned long long desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." PA_WGMMA_AB " {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, p, 1, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
 
 // clang-format on
 
 template <int N>
 PA_DEVICE void pa_wgmma_ss(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
-    static_assert(N == 64 || N == 80 || N == 128, "score warpgroup MMA width must be 64, 80 or 128");
-    if constexpr (N == 64)
+    static_assert(N == 32 || N == 64 || N == 80 || N == 128, "score warpgroup MMA width must be 32, 64, 80 or 128");
+    if constexpr (N == 32)
+        pa_wgmma_ss_n32(d, desc_a, desc_b, accumulate);
+    else if constexpr (N == 64)
         pa_wgmma_ss_n64(d, desc_a, desc_b, accumulate);
     else if constexpr (N == 80)
         pa_wgmma_ss_n80(d, desc_a, desc_b, accumulate);

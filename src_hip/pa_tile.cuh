@@ -154,18 +154,20 @@ PA_DEVICE void pa_tile_qk_start(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const
     }
     pa_wgmma_commit();
 }
-// P V in products of at most 128 output columns (the accumulators of columns c.. start at fragment c / PA_MMA_N).
+// P V in products of at most 128 output columns (the accumulators of columns c.. start at fragment c / PA_MMA_N): the
+// ON * PA_MMA_N columns of v_s from its first (the backward's column slices start v_s at theirs).
 template <int MT, int ON, int BN>
 PA_DEVICE void pa_tile_pv_start(pa_mma_c (&acc)[MT][ON], const pa_mma_a (&a)[MT][BN / PA_MMA_K], const pa_elem* v_s) {
-    constexpr int PV_N = PA_HEAD_DIM < 128 ? PA_HEAD_DIM : 128;
-    static_assert(PA_HEAD_DIM % PV_N == 0, "unsupported warpgroup MMA head dim");
+    constexpr int COLS = ON * PA_MMA_N;
+    constexpr int PV_N = COLS < 128 ? COLS : 128;
+    static_assert(COLS % PV_N == 0, "unsupported warpgroup MMA head dim");
     pa_wgmma_fence();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int kk = 0; kk < BN / PA_MMA_K; ++kk)
 #pragma unroll
-            for (int c0 = 0; c0 < PA_HEAD_DIM; c0 += PV_N)
+            for (int c0 = 0; c0 < COLS; c0 += PV_N)
                 pa_tile_pv_step<PV_N, BN>(&acc[mt][c0 / PA_MMA_N][0], a[mt][kk], v_s, kk * PA_MMA_K, c0);
     pa_wgmma_commit();
 }
