@@ -83,7 +83,7 @@ MASKS = {
 
 
 @pytest.mark.parametrize("nq,nk", [(1, 40), (77, 77), (200, 333), (333, 130)])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
 @pytest.mark.parametrize("mask", MASKS)
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 def test_masks_forward_and_backward(gen, needs_backward, dtype, mask, d, nq, nk):
@@ -172,8 +172,8 @@ def test_varlen_against_each_sequence(gen, needs_backward, dtype, d, opts):
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 def test_varlen_long_sequences(gen, needs_backward, dtype, d, opts):
     """Packed sequences over many query and key tiles, with lengths on and off the tiles' edges and a last
-    sequence that ends the tensors (on Hopper: the warp-specialized forward, and at 16-bit d = 64 / 128 the
-    warpgroup-MMA backward)."""
+    sequence that ends the tensors (on Hopper: the warp-specialized forward and, at 16-bit, the warpgroup-MMA
+    backward)."""
     needs_backward(dtype, d)
     check_varlen(gen, dtype, d, [1000, 64, 2049, 129, 700], [1000, 300, 2049, 1, 1500], opts)
 
