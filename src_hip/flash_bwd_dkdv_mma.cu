@@ -14,7 +14,8 @@
 // whole by each): the accumulators of large head dims then fit the registers.
 // With the warpgroup MMA (PA_MMA_WGMMA, sm_90a) each warpgroup owns 64 keys; the products read Q, dO, K, V and the
 // dS tile from shared memory in the unit's swizzled layout and run asynchronously, and dQ = dS K is split between
-// the warpgroups by 64-row blocks of the query tile and, within those, by head-dim columns. Its float32 result goes
+// the warpgroups by 64-row blocks of the query tile and, within those, by head-dim columns (32-query tiles, which
+// leave room for the whole K and V at d = 256: dQ^T = K^T dS^T, by head-dim columns). Its float32 result goes
 // to a tile in shared memory, which one more warpgroup (WRITERS threads past PA_THREADS) adds to dq_accum while the
 // others go on with the next query tile; two transaction barriers hand the tile back and forth. That warpgroup's
 // first warp copies the query tiles of Q and dO with bulk tensor copies (pa_prelude_tma.cuh), PA_STAGES ahead,

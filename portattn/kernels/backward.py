@@ -62,9 +62,9 @@ _NV_DKDV = rows(HALF, {
 # 128-query tiles: Sᵀ and dPᵀ are then 128 columns wide, which read fewer operand bytes per product than 64-query
 # tiles (1.10-1.15x those); d = 96 and 128 have no registers for them. d = 256 splits the head dim's columns of dK,
 # dV and dQ over two blocks (each computes Sᵀ and dPᵀ whole), on 32-query tiles, whose two buffers of Q and dO fit
-# the shared memory next to the whole K and V; dQ is then computed transposed (the unit's rows are 64). float32 d = 96 / 128: 16-query tiles hold the whole
-# head dim's dK and dV without a column split, so S and dP are computed once: 1.3x (d = 96) and 1.5-1.6x (d = 128)
-# the split tile's speed (d = 64 stays: 16-query tiles ran 0.88x there).
+# the shared memory next to the whole K and V; dQ is then computed transposed (the unit's rows are 64). float32
+# d = 96 / 128: 16-query tiles hold the whole head dim's dK and dV without a column split, so S and dP are computed
+# once: 1.3x (d = 96) and 1.5-1.6x (d = 128) the split tile's speed (d = 64 stays: 16-query tiles ran 0.88x there).
 _SM90_DKDV = _NV_DKDV | rows(HALF, {
     64: T(block_m=128, block_n=128, threads=256, stages=2, warpgroup_mma=True),
     96: T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
