@@ -129,29 +129,39 @@ PA_DEVICE void store_ds_transposed(const pa_mma_c (&ds)[MT][SM], pa_elem* ds_s) 
 // warpgroup g computes rows 64 (g % DQ_ROWS) .. (each of its warps 16 of them) of slice g / DQ_ROWS. A slice is
 // DQ_N columns, whole 64-column blocks of the K tile (the unit's N-major operands start at a block), the last one
 // what is left of the head dim (d = 96: 64 and 32).
-// Before writing, waits for the writers to be done with tile t - 1 (`empty`); then hands the tile to them (`full`).
+// Before writing, waits for the writers to be done with tile t - 1; then hands the tile to them (`full`).
 constexpr int DQ_ROWS = DQ_T ? 1 : BM / 64;
 constexpr int DQ_SLICES = WAVES / 4 / DQ_ROWS;
 constexpr int DQ_N = (D / DQ_SLICES + 63) / 64 * 64;
 constexpr int DQ_LAST = D - (DQ_SLICES - 1) * DQ_N;
 static_assert(DQ_LAST > 0 && DQ_LAST <= DQ_N, "the head dim's dQ slices");
-template <int N>
-PA_DEVICE void add_dq_slice(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, unsigned long long* full,
-                            unsigned long long* empty, int t, int r0, int c0) {
-    pa_mma_c part[N / PA_MMA_N];
+// One warpgroup's part of the tile's dQ product (ON fragments per row): zeroed, step(k0) issued for every 16 keys
+// of the block, completed; then waits until the writers are done with tile t - 1 (`empty`).
+template <int ON, class Step>
+PA_DEVICE void dq_product(pa_mma_c (&part)[ON], const Step& step, unsigned long long* empty, int t) {
 #pragma unroll
-    for (int j = 0; j < N / PA_MMA_N; ++j)
+    for (int j = 0; j < ON; ++j)
 #pragma unroll
         for (int i = 0; i < PA_MMA_C_REGS; ++i) part[j][i] = 0.f;
     pa_wgmma_fence();
 #pragma unroll
-    for (int k0 = 0; k0 < BN; k0 += PA_MMA_K)
-        pa_wgmma_st<N>(&part[0][0], pa_wgmma_desc(pa_tile_operand<BM>(ds_s, r0, k0), 16),
-                       pa_wgmma_desc(pa_tile_operand<BN>(k_s, k0, c0), BN * 128));
+    for (int k0 = 0; k0 < BN; k0 += PA_MMA_K) step(&part[0][0], k0);
     pa_wgmma_commit();
     pa_wgmma_wait<0>();
-    pa_wgmma_settle<N / 2>(&part[0][0]);
+    pa_wgmma_settle<ON * 4>(&part[0][0]);
     if (t > 0) pa_mbar_wait(empty, (t - 1) & 1);
+}
+template <int N>
+PA_DEVICE void add_dq_slice(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, unsigned long long* full,
+                            unsigned long long* empty, int t, int r0, int c0) {
+    pa_mma_c part[N / PA_MMA_N];
+    dq_product(
+        part,
+        [&](float* d, int k0) {
+            pa_wgmma_st<N>(d, pa_wgmma_desc(pa_tile_operand<BM>(ds_s, r0, k0), 16),
+                           pa_wgmma_desc(pa_tile_operand<BN>(k_s, k0, c0), BN * 128));
+        },
+        empty, t);
 #pragma unroll
     for (int rr = 0; rr < PA_MMA_C_ROWS; ++rr)
         pa_tile_store_row_f32(dq_s + (r0 + pa_wave_id() % 4 * PA_MMA_M + pa_mma_c_row(rr)) * LDQ + c0, part, rr, 1.f);
@@ -163,19 +173,13 @@ PA_DEVICE void add_dq_transposed(const pa_elem* ds_s, const pa_elem* k_s, float*
                                  unsigned long long* empty, int t, int c0) {
     const int m0 = pa_wave_id() / 4 * 64;
     pa_mma_c part[BM / PA_MMA_N];
-#pragma unroll
-    for (int j = 0; j < BM / PA_MMA_N; ++j)
-#pragma unroll
-        for (int i = 0; i < PA_MMA_C_REGS; ++i) part[j][i] = 0.f;
-    pa_wgmma_fence();
-#pragma unroll
-    for (int k0 = 0; k0 < BN; k0 += PA_MMA_K)
-        pa_wgmma_ts_n32(&part[0][0], pa_wgmma_desc(pa_tile_operand<BN>(k_s, k0, c0 + m0), BN * 128),
-                        pa_wgmma_desc(pa_tile_operand<BM>(ds_s, 0, k0), 16));
-    pa_wgmma_commit();
-    pa_wgmma_wait<0>();
-    pa_wgmma_settle<BM / 2>(&part[0][0]);
-    if (t > 0) pa_mbar_wait(empty, (t - 1) & 1);
+    dq_product(
+        part,
+        [&](float* d, int k0) {
+            pa_wgmma_ts_n32(d, pa_wgmma_desc(pa_tile_operand<BN>(k_s, k0, c0 + m0), BN * 128),
+                            pa_wgmma_desc(pa_tile_operand<BM>(ds_s, 0, k0), 16));
+        },
+        empty, t);
     const int col = m0 + pa_wave_id() % 4 * PA_MMA_M;  // this warp's first head-dim column of the dQ tile
 #pragma unroll
     for (int j = 0; j < BM / PA_MMA_N; ++j)

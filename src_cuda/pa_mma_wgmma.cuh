@@ -144,15 +144,18 @@ PA_DEVICE void pa_wgmma_rs(float* d, const unsigned (&a)[4], unsigned long long 
 // head dim wide, at most 128 columns a product (rs, N = 64, 96 or 128); the backward's dQ = dS K takes a slice of the
 // head dim per warpgroup (st, N = 32 or 64), or with 32-query tiles dQ^T = K^T dS^T (ts below).
 // clang-format off: the operand lists keep eight accumulators a line
-PA_DEVICE void pa_wgmma_ss_n32(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
+// 32 columns, both operands from shared memory, each K-major or, with its flag, transposed (A M-major: its 64 rows run
+// along the shared rows, as the head-dim columns of a K tile do; B N-major): ss, st and ts below.
+template <int TRANS_A, int TRANS_B>
+PA_DEVICE void pa_wgmma_smem_n32(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32." PA_WGMMA_AB " {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-        "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        "}, %16, %17, p, 1, 1, %19, %20;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
 }
 PA_DEVICE void pa_wgmma_ss_n64(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
     asm volatile(
@@ -250,17 +253,6 @@ PA_DEVICE void pa_wgmma_rs_n128(float* d, const unsigned (&a)[4], unsigned long 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
-// d (N / 2 floats) += A (64 x 16) * B (16 x N), both from shared memory: A K-major, B N-major (transposed).
-PA_DEVICE void pa_wgmma_st_n32(float* d, unsigned long long desc_a, unsigned long long desc_b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32." PA_WGMMA_AB " {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-        "}, %16, %17, p, 1, 1, 0, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
-}
 PA_DEVICE void pa_wgmma_st_n64(float* d, unsigned long long desc_a, unsigned long long desc_b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -274,18 +266,6 @@ PA_DEVICE void pa_wgmma_st_n64(float* d, unsigned long long desc_a, unsigned lon
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
-// d (16 floats) += A (64 x 16) * B (16 x 32), both from shared memory: A M-major (transposed: its 64 rows run along
-// the shared rows, as the head-dim columns of a K tile do), B K-major.
-PA_DEVICE void pa_wgmma_ts_n32(float* d, unsigned long long desc_a, unsigned long long desc_b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32." PA_WGMMA_AB " {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-        "}, %16, %17, p, 1, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
-}
 
 // clang-format on
 
@@ -293,7 +273,7 @@ template <int N>
 PA_DEVICE void pa_wgmma_ss(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
     static_assert(N == 32 || N == 64 || N == 80 || N == 128, "score warpgroup MMA width must be 32, 64, 80 or 128");
     if constexpr (N == 32)
-        pa_wgmma_ss_n32(d, desc_a, desc_b, accumulate);
+        pa_wgmma_smem_n32<0, 0>(d, desc_a, desc_b, accumulate);
     else if constexpr (N == 64)
         pa_wgmma_ss_n64(d, desc_a, desc_b, accumulate);
     else if constexpr (N == 80)
@@ -305,9 +285,13 @@ template <int N>
 PA_DEVICE void pa_wgmma_st(float* d, unsigned long long desc_a, unsigned long long desc_b) {
     static_assert(N == 32 || N == 64, "shared-operand warpgroup MMA width must be 32 or 64");
     if constexpr (N == 32)
-        pa_wgmma_st_n32(d, desc_a, desc_b);
+        pa_wgmma_smem_n32<0, 1>(d, desc_a, desc_b, 1);
     else
         pa_wgmma_st_n64(d, desc_a, desc_b);
+}
+// A transposed (M-major), B K-major, 32 columns: the backward's dQ^T = K^T dS^T.
+PA_DEVICE void pa_wgmma_ts_n32(float* d, unsigned long long desc_a, unsigned long long desc_b) {
+    pa_wgmma_smem_n32<1, 0>(d, desc_a, desc_b, 1);
 }
 
 template <int N>
