@@ -234,6 +234,21 @@ PA_DEVICE float pa_exp2(float x) { return exp2f(x); }
 
 PA_DEVICE float pa_log2(float x) { return log2f(x); }
 
+// exp2 on the multiply-add units, for x <= 16: a degree-4 polynomial of the fraction (relative error <= 3e-6) times
+// 2^round(x) built in the exponent bits; inputs below -126 give about 2^-126, not 0. Kernels whose softmax waits on
+// the transcendental unit hand part of their exponentials to it (PA_EXP2_POLY).
+PA_DEVICE float pa_exp2_poly(float x) {
+    const float magic = 12582912.f;  // 1.5 * 2^23: the sum's low bits hold round(x)
+    x = fmaxf(x, -126.f);
+    const float t = __fadd_rn(x, magic);
+    const float f = __fadd_rn(x, -__fadd_rn(t, -magic));  // x - round(x), in [-0.5, 0.5]
+    float p = fmaf(9.570101276e-3f, f, 5.591785908e-2f);
+    p = fmaf(p, f, 2.402474433e-1f);
+    p = fmaf(p, f, 6.931217909e-1f);
+    p = fmaf(p, f, 9.999992847e-1f);
+    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
 // The natural-log LSE of a softmax row from its running maximum (log2 units; -inf when every key was masked) and
 // its sum of exp2(score - max).
 PA_DEVICE float pa_row_lse(float max_log2, float sum) {
