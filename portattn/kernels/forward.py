@@ -169,7 +169,7 @@ MMA_TILES_EXT: dict[str, Rows] = {
 # poly_exp2: at d = 64 the softmax's exponentials take as long on the transcendental unit as the tile's products on
 # the matrix unit; one in 16 made by a polynomial on the multiply-add units ran 1.02-1.13x at bfloat16 and 0.97-1.02x
 # at float16 (N = 512-2048, medians of seven rounds in alternating processes over two H100 starts), two to six in 16
-# less; d = 96 and 128 0.85-1.0x with two or more; the 192-row tile and d = 256 spill with it.
+# less; d = 96 and 128 0.76-0.98x with two or more; the 192-row tile and d = 256 spill with it.
 WS_TILES: dict[str, Rows] = {
     "sm90": rows(HALF, {
         64: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3, q_stages=2),
