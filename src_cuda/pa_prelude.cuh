@@ -227,33 +227,11 @@ PA_DEVICE float pa_exp2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-// The larger of a and b, NaN when either is NaN (fmaxf gives the other operand).
-PA_DEVICE float pa_max_nan(float a, float b) {
-    float y;
-    asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
-    return y;
-}
 #else
 PA_DEVICE float pa_exp2(float x) { return exp2f(x); }
-PA_DEVICE float pa_max_nan(float a, float b) { return a != a || b != b ? a + b : fmaxf(a, b); }
 #endif
 
 PA_DEVICE float pa_log2(float x) { return log2f(x); }
-
-// exp2 on the multiply-add units, for x <= 16: a degree-4 polynomial of the fraction (relative error <= 3e-6) times
-// 2^round(x) built in the exponent bits; 0 below about -126, NaN for NaN and +inf (where ex2 gives NaN and +inf).
-// Kernels whose softmax waits on the transcendental unit hand part of their exponentials to it (PA_EXP2_POLY).
-PA_DEVICE float pa_exp2_poly(float x) {
-    const float magic = 12583039.f;  // 1.5 * 2^23 + 127: the sum's low bits hold round(x) + 127
-    x = pa_max_nan(x, -127.f);
-    const float t = __fadd_rn(x, magic);
-    const float f = __fadd_rn(x, -__fadd_rn(t, -magic));  // x - round(x), in [-0.5, 0.5]
-    float p = fmaf(9.570101276e-3f, f, 5.591785908e-2f);
-    p = fmaf(p, f, 2.402474433e-1f);
-    p = fmaf(p, f, 6.931217909e-1f);
-    p = fmaf(p, f, 9.999992847e-1f);
-    return p * __int_as_float(__float_as_int(t) << 23);  // 2^round(x); 0 for round(x) = -127
-}
 
 // The natural-log LSE of a softmax row from its running maximum (log2 units; -inf when every key was masked) and
 // its sum of exp2(score - max).

@@ -6,9 +6,6 @@
 // 0..PA_WARP_SIZE-1, then pa_shfl from lane 5, from lane (7 * lane + 3), from lane (lane + 70); then
 // pa_group_max<W> and pa_group_sum<W> for W = 1, 2, ..., PA_WARP_SIZE. ballots[2 * thread + i] holds
 // pa_ballot(x > 0) and pa_ballot(lane % 3 == 0).
-//
-// pa_exp2_poly_probe (same parameters, no ballots): out[thread] = pa_exp2_poly(x[thread]), for the accuracy test of
-// the softmax's polynomial exponential.
 #include "pa_prelude.cuh"
 
 struct PaProbeParams {
@@ -44,8 +41,4 @@ extern "C" __global__ void pa_prelude_probe(const PaProbeParams p) {
     probe_reductions<1>(v, out, slot, stride);
     p.ballots[2 * t] = pa_ballot(v > 0.f);
     p.ballots[2 * t + 1] = pa_ballot(lane % 3 == 0);
-}
-
-extern "C" __global__ void pa_exp2_poly_probe(const PaProbeParams p) {
-    p.out[threadIdx.x] = pa_exp2_poly(p.x[threadIdx.x]);
 }

@@ -32,13 +32,6 @@
 // probabilities stay below 2^8 (fine for float16 operands) and the output and sums need no rescaling.
 #define PA_SOFTMAX_RESCALE_SLACK 8.f
 
-// Of every 16 probabilities of a row, this many are computed on the multiply-add units (pa_exp2_poly) instead of the
-// transcendental unit, whose rate bounds the softmax of short head dims.
-#ifndef PA_EXP2_POLY
-#define PA_EXP2_POLY 0
-#endif
-PA_DEVICE float pa_softmax_exp2(float x, int col) { return col % 16 < PA_EXP2_POLY ? pa_exp2_poly(x) : pa_exp2(x); }
-
 template <int MT>
 struct PaSoftmax {
     float row_max[MT][PA_MMA_C_ROWS];  // running maximum of the scaled scores (log2 units)
@@ -107,9 +100,7 @@ PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, 
 #pragma unroll
                 for (int e = 0; e < PA_MMA_C_COLS; ++e) {
                     const float x = s[mt][j][r * PA_MMA_C_COLS + e];
-                    const float prob = (MASKED || MOD) && x == pa_neg_inf()
-                                           ? 0.f
-                                           : pa_softmax_exp2(fmaf(x, mul, -base), j * PA_MMA_C_COLS + e);
+                    const float prob = (MASKED || MOD) && x == pa_neg_inf() ? 0.f : pa_exp2(fmaf(x, mul, -base));
                     s[mt][j][r * PA_MMA_C_COLS + e] = prob;
                     part += prob;
                 }

@@ -166,18 +166,12 @@ MMA_TILES_EXT: dict[str, Rows] = {
 # 224 KiB of shared memory): d = 64 two computing warpgroups on 64-key tiles and two copying ones, d = 128 one on 32-key
 # tiles and three copying ones. The copying warpgroups' threads split and transpose the tiles, which bounds the kernel:
 # each copying warpgroup fewer ran 0.77-0.86x.
-# poly_exp2: at d = 64 the softmax's exponentials take as long on the transcendental unit as the tile's products on
-# the matrix unit; one in 16 made by a polynomial on the multiply-add units ran 1.02-1.13x at bfloat16 and 0.97-1.02x
-# at float16 (N = 512-2048, medians of seven rounds in alternating processes over two H100 starts), two to six in 16
-# less; d = 96 and 128 0.76-0.98x with two or more; the 192-row tile and d = 256 spill with it.
 WS_TILES: dict[str, Rows] = {
     "sm90": rows(HALF, {
         64: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3, q_stages=2),
         96: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2),
         128: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2, q_stages=2),
         256: T(block_m=128, block_n=80, threads=384, warpgroup_mma=True, stages=2),
-    }) | rows(("bfloat16",), {
-        64: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3, q_stages=2, poly_exp2=1),
     }) | rows(("float32",), {
         64: T(block_m=128, block_n=64, threads=512, warpgroup_mma=True, stages=2),
         128: T(block_m=64, block_n=32, threads=512, warpgroup_mma=True, stages=2),
@@ -229,7 +223,7 @@ class FwdSpec(KernelSpec):
                 raise ValueError(f"{self.label}: the warp-specialized kernel runs one block per SM, on the "
                                  "warpgroup MMA")
             return {"PA_MMA_WGMMA": 1, "PA_TMA_STAGES": t.stages, "PA_Q_STAGES": t.q_stages,
-                    "PA_STORE_O_BULK": int(self.stores_o_bulk), "PA_EXP2_POLY": t.poly_exp2}
+                    "PA_STORE_O_BULK": int(self.stores_o_bulk)}
         defines = {"PA_MIN_BLOCKS": t.min_blocks}
         if t.warpgroup_mma:
             defines["PA_MMA_WGMMA"] = 1

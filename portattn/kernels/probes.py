@@ -1,6 +1,5 @@
-"""Probe kernels of the verification suite: the prelude's cross-lane operations and polynomial exponential
-(``pa_prelude_probe.cu``) and the MFMA building blocks (``pa_mfma_probe.cu``). They are built like any variant but
-are never used by attention."""
+"""Probe kernels of the verification suite: the prelude's cross-lane operations (``pa_prelude_probe.cu``) and the
+MFMA building blocks (``pa_mfma_probe.cu``). They are built like any variant but are never used by attention."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,11 +28,6 @@ class ProbeSpec:
 def prelude_probe(target: Target) -> ProbeSpec:
     """The cross-lane probe for ``target``'s lane count (128 threads)."""
     return ProbeSpec("pa_prelude_probe.cu", "pa_prelude_probe", 128, target.lanes, target.emulated)
-
-
-def exp2_poly_probe(target: Target) -> ProbeSpec:
-    """The probe of the polynomial exponential ``pa_exp2_poly`` (128 threads, one input each)."""
-    return ProbeSpec("pa_prelude_probe.cu", "pa_exp2_poly_probe", 128, target.lanes, target.emulated)
 
 
 def mfma_probe(target: Target, instruction: str) -> ProbeSpec:

@@ -39,7 +39,6 @@ class TileConfig:
     q_stages: int = 1  # Hopper warp-specialized forward: Q buffers (PA_Q_STAGES; 2 copies the next job's Q early)
     key_waves: int = 1  # decode: waves sharing the same query rows, each taking a slice of every key tile
     swizzled: bool = False  # decode, 16-bit mma.sync: shared tiles in the 128-byte swizzled layout (PA_TILE_SWIZZLED)
-    poly_exp2: int = 0  # Hopper warp-specialized forward: of every 16 probabilities, those made by a polynomial
 
     @property
     def options(self) -> list[str]:
@@ -48,8 +47,7 @@ class TileConfig:
                 + [f"split {self.split}"] * (self.split > 1)
                 + [f"{self.stages} stages"] * (self.stages > 1)
                 + [f"{self.q_stages} Q stages"] * (self.q_stages > 1)
-                + [f"{self.key_waves} key waves"] * (self.key_waves > 1)
-                + [f"{self.poly_exp2}/16 poly exp2"] * (self.poly_exp2 > 0))
+                + [f"{self.key_waves} key waves"] * (self.key_waves > 1))
 
 
 Rows = dict[tuple[str, int], TileConfig]
