@@ -158,8 +158,7 @@ PA_DEVICE void add_dq_slice(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s
     dq_product(
         part,
         [&](float* d, int k0) {
-            pa_wgmma_st<N>(d, pa_wgmma_desc(pa_tile_operand<BM>(ds_s, r0, k0), 16),
-                           pa_wgmma_desc(pa_tile_operand<BN>(k_s, k0, c0), BN * 128));
+            pa_wgmma_st<N>(d, pa_tile_desc<BM>(ds_s, r0, k0, 16), pa_tile_desc<BN>(k_s, k0, c0, BN * 128));
         },
         empty, t);
 #pragma unroll
@@ -176,8 +175,7 @@ PA_DEVICE void add_dq_transposed(const pa_elem* ds_s, const pa_elem* k_s, float*
     dq_product(
         part,
         [&](float* d, int k0) {
-            pa_wgmma_ts_n32(d, pa_wgmma_desc(pa_tile_operand<BN>(k_s, k0, c0 + m0), BN * 128),
-                            pa_wgmma_desc(pa_tile_operand<BM>(ds_s, 0, k0), 16));
+            pa_wgmma_ts_n32(d, pa_tile_desc<BN>(k_s, k0, c0 + m0, BN * 128), pa_tile_desc<BM>(ds_s, 0, k0, 16));
         },
         empty, t);
     const int col = m0 + pa_wave_id() % 4 * PA_MMA_M;  // this warp's first head-dim column of the dQ tile

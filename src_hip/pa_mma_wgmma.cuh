@@ -18,11 +18,13 @@
 // with the transpose flag, N-major (V, whose rows are keys). TF32 operands (float32 bits) are K-major only, in the
 // same layout with rows of 32 floats.
 
-PA_DEVICE unsigned long long pa_wgmma_desc(const void* smem, unsigned lbo_bytes) {
-    const unsigned long long addr = pa_smem_addr(smem);
-    return ((addr & 0x3ffffull) >> 4) | ((unsigned long long)(lbo_bytes >> 4) << 16) |
-           ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
+// The descriptor's low word (start address and leading byte offset) and its high word (stride byte offset and
+// swizzle: the same for every tile).
+PA_DEVICE unsigned pa_wgmma_desc_lo(unsigned smem_addr, unsigned lbo_bytes) {
+    return ((smem_addr & 0x3ffffu) >> 4) | ((lbo_bytes >> 4) << 16);
 }
+constexpr unsigned PA_WGMMA_DESC_HI = (1024 >> 4) | (1u << 30);
+PA_DEVICE unsigned long long pa_wgmma_desc_of(unsigned lo) { return (unsigned long long)PA_WGMMA_DESC_HI << 32 | lo; }
 PA_DEVICE void pa_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 PA_DEVICE void pa_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 // Wait until at most N committed groups are still in flight.

@@ -92,6 +92,14 @@ PA_DEVICE const pa_elem* pa_tile_operand(const pa_elem* tile, int r, int c) {
     constexpr int W = PA_TILE_ROW_ELEMS;
     return tile + (c / W) * ROWS * W + r * W + c % W;
 }
+// The descriptor of that operand: the tile's own descriptor with its start address field moved by the operand's
+// offset (it cannot carry: shared addresses are below 2^18), so that the steps of a product share the tile's part.
+template <int ROWS>
+PA_DEVICE unsigned long long pa_tile_desc(const pa_elem* tile, int r, int c, unsigned lbo_bytes) {
+    constexpr int W = PA_TILE_ROW_ELEMS;
+    const unsigned offset = (unsigned)((c / W) * ROWS * W + r * W + c % W) * (unsigned)sizeof(pa_elem);
+    return pa_wgmma_desc_of(pa_wgmma_desc_lo(pa_smem_addr(tile), lbo_bytes) + offset / 16);
+}
 template <int MT>
 PA_DEVICE int pa_wave_row(int mt) {
     return (pa_wave_id() / 4) * MT * 64 + mt * 64 + (pa_wave_id() % 4) * PA_MMA_M;
@@ -120,11 +128,11 @@ PA_DEVICE void pa_tile_split4(float* x, float* small) {
 // Q K^T of head-dim columns k0 .. k0 + PA_MMA_K - 1 for the group's 64 rows from `row` (the first step overwrites s).
 template <int BM, int BN>
 PA_DEVICE void pa_tile_qk_step(float* s, const pa_elem* q_s, const pa_elem* k_s, int row, int k0) {
-    const unsigned long long qb = pa_wgmma_desc(pa_tile_operand<BM>(q_s, row, k0), 16);
-    const unsigned long long kb = pa_wgmma_desc(pa_tile_operand<BN>(k_s, 0, k0), 16);
+    const unsigned long long qb = pa_tile_desc<BM>(q_s, row, k0, 16);
+    const unsigned long long kb = pa_tile_desc<BN>(k_s, 0, k0, 16);
 #if PA_F32
-    pa_wgmma_ss<BN>(s, pa_wgmma_desc(pa_tile_operand<BM>(q_s + pa_tile_elems<BM>(), row, k0), 16), kb, k0 > 0);
-    pa_wgmma_ss<BN>(s, qb, pa_wgmma_desc(pa_tile_operand<BN>(k_s + pa_tile_elems<BN>(), 0, k0), 16), 1);
+    pa_wgmma_ss<BN>(s, pa_tile_desc<BM>(q_s + pa_tile_elems<BM>(), row, k0, 16), kb, k0 > 0);
+    pa_wgmma_ss<BN>(s, qb, pa_tile_desc<BN>(k_s + pa_tile_elems<BN>(), 0, k0, 16), 1);
     pa_wgmma_ss<BN>(s, qb, kb, 1);
 #else
     pa_wgmma_ss<BN>(s, qb, kb, k0 > 0);
@@ -134,12 +142,12 @@ PA_DEVICE void pa_tile_qk_step(float* s, const pa_elem* q_s, const pa_elem* k_s,
 template <int PV_N, int BN>
 PA_DEVICE void pa_tile_pv_step(float* d, const pa_mma_a& a, const pa_elem* v_s, int k0, int c0) {
 #if PA_F32
-    const unsigned long long vb = pa_wgmma_desc(pa_tile_operand<PA_HEAD_DIM>(v_s, c0, k0), 16);
+    const unsigned long long vb = pa_tile_desc<PA_HEAD_DIM>(v_s, c0, k0, 16);
     pa_wgmma_rs<PV_N>(d, a.small, vb, k0 > 0);
-    pa_wgmma_rs<PV_N>(d, a.big, pa_wgmma_desc(pa_tile_operand<PA_HEAD_DIM>(v_s + PA_HEAD_DIM * BN, c0, k0), 16), 1);
+    pa_wgmma_rs<PV_N>(d, a.big, pa_tile_desc<PA_HEAD_DIM>(v_s + PA_HEAD_DIM * BN, c0, k0, 16), 1);
     pa_wgmma_rs<PV_N>(d, a.big, vb, 1);
 #else
-    pa_wgmma_rs<PV_N>(d, a, pa_wgmma_desc(pa_tile_operand<BN>(v_s, k0, c0), BN * 128));
+    pa_wgmma_rs<PV_N>(d, a, pa_tile_desc<BN>(v_s, k0, c0, BN * 128));
 #endif
 }
 template <int MT, int SN, int BM, int BN>
