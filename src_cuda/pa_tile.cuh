@@ -84,19 +84,22 @@ PA_DEVICE pa_elem* pa_tile_base(void* smem) {
     const unsigned pad = (1024 - pa_smem_addr(smem) % 1024) % 1024;
     return reinterpret_cast<pa_elem*>(static_cast<char*>(smem) + pad);
 }
-// Operand start of rows r.. and columns c.. (r a multiple of 8, c of 32 bytes' worth): the unit applies the swizzle
-// itself.
+// Operand start of rows r.. and columns c.. (r a multiple of 8, c of 32 bytes' worth), in elements from the tile's
+// start: the unit applies the swizzle itself.
+template <int ROWS>
+PA_DEVICE int pa_tile_operand_offset(int r, int c) {
+    constexpr int W = PA_TILE_ROW_ELEMS;
+    return (c / W) * ROWS * W + r * W + c % W;
+}
 template <int ROWS>
 PA_DEVICE const pa_elem* pa_tile_operand(const pa_elem* tile, int r, int c) {
-    constexpr int W = PA_TILE_ROW_ELEMS;
-    return tile + (c / W) * ROWS * W + r * W + c % W;
+    return tile + pa_tile_operand_offset<ROWS>(r, c);
 }
 // The descriptor of that operand: the tile's own descriptor with its start address field moved by the operand's
 // offset (it cannot carry: shared addresses are below 2^18), so that the steps of a product share the tile's part.
 template <int ROWS>
 PA_DEVICE unsigned long long pa_tile_desc(const pa_elem* tile, int r, int c, unsigned lbo_bytes) {
-    constexpr int W = PA_TILE_ROW_ELEMS;
-    const unsigned offset = (unsigned)((c / W) * ROWS * W + r * W + c % W) * (unsigned)sizeof(pa_elem);
+    const unsigned offset = (unsigned)pa_tile_operand_offset<ROWS>(r, c) * (unsigned)sizeof(pa_elem);
     return pa_wgmma_desc_of(pa_wgmma_desc_lo(pa_smem_addr(tile), lbo_bytes) + offset / 16);
 }
 template <int MT>
