@@ -26,6 +26,7 @@ the same in every operator): ``bottom_right`` (align the diagonal bottom-right),
 ``[total, heads, head_dim]`` and ``lse`` is ``[heads_q, total_q]``.
 """
 # No ``from __future__ import annotations``: torch 2.4 infers the operator schemas from real annotations.
+import functools
 import math
 from typing import Any, Callable, Optional, Tuple, Union
 
@@ -33,7 +34,7 @@ import torch
 
 from ..kernels import backward, decode, forward
 from ..kernels.masking import CAUSAL, PLAIN, Masking, window_bounds
-from ..kernels.variant import forced_kernel, launch_target
+from ..kernels.variant import OVERRIDES, forced_kernel, launch_target
 from ..runtime import loader
 from . import eager
 from .support import gpu_problem, mask_4d, mask_problem, options_problem, qkv_problem, sdpa_problem
@@ -262,6 +263,20 @@ def _save(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
         ctx.save_for_backward(q, k, v, out, lse, *[t for t in masks if isinstance(t, torch.Tensor)])
         ctx.masks = tuple(_SAVED if isinstance(t, torch.Tensor) else t for t in masks)
     ctx.causal, ctx.scale, ctx.deterministic, ctx.has_lse = causal, scale, deterministic, has_lse
+    ctx.overrides = OVERRIDES.get()
+
+
+def _with_call_overrides(grad_fn: Callable[..., tuple]) -> Callable[..., tuple]:
+    """Run a backward under the verification hooks of its forward's call (kept by ``_save``): the autograd engine
+    runs the backward of GPU tensors on a thread of its own, where the caller's are not set."""
+    @functools.wraps(grad_fn)
+    def run(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple:
+        token = OVERRIDES.set(ctx.overrides)
+        try:
+            return grad_fn(ctx, *grads)
+        finally:
+            OVERRIDES.reset(token)
+    return run
 
 
 def _saved(ctx: Any) -> tuple:
@@ -278,6 +293,7 @@ def _attention_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
     _save(ctx, q, k, v, *output, inputs[7:], causal, scale, deterministic, return_lse)
 
 
+@_with_call_overrides
 def _attention_grad(ctx: Any, grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor]) -> tuple:
     q, k, v, out, lse, masks = _saved(ctx)
     if not ctx.has_lse:
@@ -318,6 +334,7 @@ class _EagerAttention(torch.autograd.Function):
         return out, lse
 
     @staticmethod
+    @_with_call_overrides
     def backward(ctx: Any, grad_out: Optional[torch.Tensor], grad_lse: Optional[torch.Tensor]) -> tuple:
         q, k, v, out, lse, masks = _saved(ctx)
         if grad_out is None:

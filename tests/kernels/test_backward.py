@@ -180,6 +180,22 @@ def test_eager_path_matches_the_operator_bit_for_bit(gen, needs_backward, dtype)
         grad_q.sum().backward()
 
 
+def test_backward_runs_for_the_calls_target(gen, needs_backward, on_target, monkeypatch):
+    """The autograd engine runs the backward of GPU tensors on a thread of its own: it still launches for the target
+    of the forward's call (the wave64 emulation included), through the eager path and through the operator."""
+    needs_backward(torch.float16)
+    seen = []
+    real = backward.launch_target
+    monkeypatch.setattr(backward, "launch_target", lambda device: seen.append(real(device)) or seen[-1])
+    q, k, v = (rand(gen, torch.float16, 1, 3, 71, 64) for _ in range(3))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, _ = torch.ops.portattn.attention(*leaves, False, 0.125, True, False, *attention_ops.NO_MASKS)
+    torch.autograd.grad(out, leaves, torch.ones_like(out))
+    assert seen == [on_target]
+    torch.autograd.grad(portattn.attention(*leaves, scale=0.0625), leaves, torch.ones_like(out))
+    assert seen[1:] in ([], [on_target])
+
+
 def test_torch_deterministic_setting_is_followed(gen, needs_backward):
     needs_backward(torch.float16)
     q, k, v = (rand(gen, torch.float16, 1, 4, 300, 64) for _ in range(3))
