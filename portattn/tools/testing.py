@@ -1,7 +1,9 @@
 """Verification hooks: run the kernels for a chosen target, a chosen kernel, or a modified kernel variant.
 
 For tests and kernel authors, not for production use. The hooks apply to the calls made inside the ``with``
-block, in the current thread or task only, and nest.
+block, in the current thread or task only, and nest. The backward of a call made inside the block runs under the
+call's hooks too (autograd runs it on a thread of its own), except in a ``torch.compile``d graph, whose backward
+runs the operator without them (``PORTATTN_LANES=64`` selects the wave64 emulation for every thread).
 """
 from __future__ import annotations
 
