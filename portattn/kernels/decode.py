@@ -86,15 +86,16 @@ COMBINE_ROW_LANES = 16  # lanes of a combine slot (COMBINE_THREADS / COMBINE_ROW
 COMBINE_SPLITS_PER_SLOT = 4  # the combine spreads a row's splits over enough slots for about this many each
 MAX_SPLITS = 256
 MAX_QUERIES = 16  # attention calls with at most this many query rows (not causal) run as decoding
-# Automatic splits. A long call (more than LONG_CALL_BYTES of K and V) takes up to SPLIT_ROUNDS rounds of the attend
-# blocks that the GPU holds at once, the round count whole where it can be (a part-filled last round is a tail at
-# the end of the kernel): there, more blocks still add a few percent of bandwidth and the splits' partial results
-# cost little. A shorter call takes only the blocks that keep about BYTES_IN_FLIGHT of key/value tiles streaming:
-# beyond that, each split's partial rows, its pipeline's start and the combine's work cost more than the extra
-# blocks' reading saves (scripts/tune_decode.py).
+# Automatic splits: a call takes only the blocks that keep about BYTES_IN_FLIGHT of key/value tiles streaming; beyond
+# that, each split's partial rows, its pipeline's start and the combine's work cost more than the extra blocks'
+# reading saves (scripts/tune_decode.py). A long call (more than LONG_CALL_BYTES of K and V) that needs splits for
+# that aims at LONG_BYTES_IN_FLIGHT instead, where more blocks still add a few percent of bandwidth and the partial
+# results cost little; one whose blocks keep BYTES_IN_FLIGHT streaming without splits takes none (no partial results,
+# no combine). Never more than SPLIT_ROUNDS rounds of the attend blocks that the GPU holds at once.
 SPLIT_ROUNDS = 2
 LONG_CALL_BYTES = 512 << 20
 BYTES_IN_FLIGHT = 4 << 20
+LONG_BYTES_IN_FLIGHT = 8 << 20
 # A split takes at least this many key tiles: shorter ones cost more in partial writes and the combine launch than
 # their parallel reading saves (scripts/tune_decode.py), and a short cache then needs no combine.
 MIN_SPLIT_TILES = 2
@@ -245,15 +246,18 @@ def shipped_variants(target: Target) -> list[DecodeSpec]:
 def splits(resident: int, multiprocessors: int, base_blocks: int, keys: int, block_n: int, tile_bytes: int) -> int:
     """Key splits per (sequence, head, row block), for ``base_blocks`` of those, ``resident`` attend blocks held by
     the GPU's ``multiprocessors`` at once and key tiles of ``block_n`` keys and ``tile_bytes`` bytes of K and V: at
-    least MIN_SPLIT_TILES key tiles per split, at most MAX_SPLITS, up to SPLIT_ROUNDS rounds of blocks, and for a
-    call of at most LONG_CALL_BYTES only the blocks that keep BYTES_IN_FLIGHT streaming; of those counts the one that
-    fills its last round best (ties: the most splits). A call of more than MIN_SPLIT_TILES key tiles that would still
-    leave multiprocessors without a block spreads its keys further, down to one tile per split and up to a block per
-    multiprocessor: so few blocks take longer to read their keys than the combine costs."""
+    least MIN_SPLIT_TILES key tiles per split, at most MAX_SPLITS, up to SPLIT_ROUNDS rounds of blocks, and only the
+    blocks that keep BYTES_IN_FLIGHT streaming (a call of more than LONG_CALL_BYTES that needs splits for that:
+    LONG_BYTES_IN_FLIGHT); of those counts the one that fills its last round best (ties: the most splits). A call of
+    more than MIN_SPLIT_TILES key tiles that would still leave multiprocessors without a block spreads its keys
+    further, down to one tile per split and up to a block per multiprocessor: so few blocks take longer to read their
+    keys than the combine costs."""
     base = max(base_blocks, 1)
     most = max(1, min(-(-SPLIT_ROUNDS * resident // base), keys // (MIN_SPLIT_TILES * block_n), MAX_SPLITS))
-    if base * -(-keys // block_n) * tile_bytes <= LONG_CALL_BYTES:
-        most = min(most, max(1, -(-BYTES_IN_FLIGHT // (tile_bytes * base))))
+    in_flight = -(-BYTES_IN_FLIGHT // (tile_bytes * base))
+    if in_flight > 1 and base * -(-keys // block_n) * tile_bytes > LONG_CALL_BYTES:
+        in_flight = -(-LONG_BYTES_IN_FLIGHT // (tile_bytes * base))
+    most = min(most, in_flight)
     n = _best_filling(resident, base, most)
     tiles = -(-keys // block_n)
     if base * n < multiprocessors and tiles > MIN_SPLIT_TILES:

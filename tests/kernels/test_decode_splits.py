@@ -23,8 +23,9 @@ def test_splits_stay_within_their_bounds(base, keys):
     if n > 1:  # every split holds at least MIN_SPLIT_TILES key tiles (spread: one)
         assert keys // n >= (BN if spread else decode.MIN_SPLIT_TILES * BN)
     assert base * n <= max(base, decode.SPLIT_ROUNDS * resident + base)  # no more than the rounds asked for
-    if base * -(-keys // BN) * TILE <= decode.LONG_CALL_BYTES and not spread:  # a short call: BYTES_IN_FLIGHT
-        assert n == 1 or (n - 1) * base * TILE < decode.BYTES_IN_FLIGHT
+    if not spread:  # the blocks that keep BYTES_IN_FLIGHT streaming, or for a long call with splits LONG_...
+        long_call = base * -(-keys // BN) * TILE > decode.LONG_CALL_BYTES and base * TILE < decode.BYTES_IN_FLIGHT
+        assert n == 1 or (n - 1) * base * TILE < (decode.LONG_BYTES_IN_FLIGHT if long_call else decode.BYTES_IN_FLIGHT)
 
 
 def test_short_caches_take_one_split():
@@ -41,10 +42,11 @@ def test_small_calls_spread_over_the_multiprocessors(base, keys, expected):
     assert decode.splits(528, SMS, base, keys, BN, TILE) == expected
 
 
-@pytest.mark.parametrize("base,expected", [(64, 16), (32, 33), (256, 4)])
-def test_long_calls_fill_whole_rounds(base, expected):
-    """With 528 resident blocks and 64k keys (1 GiB and more of K and V): 64 bases take 16 splits (1024 blocks, not
-    17 and a part-filled third round), 32 take 33 (1056 blocks)."""
+@pytest.mark.parametrize("base,expected", [(64, 8), (32, 16), (48, 11), (256, 1), (300, 1)])
+def test_long_calls_keep_more_bytes_in_flight(base, expected):
+    """64k keys (1 GiB and more of K and V): 8 MiB of 16 KiB tiles is 512 blocks, so 64 bases take 8 splits and 32
+    take 16; 48 bases take 11 (528 blocks, one whole round of the resident ones); 256 bases keep 4 MiB
+    streaming without splits and take none."""
     assert decode.splits(528, SMS, base, 65536, BN, TILE) == expected
 
 
