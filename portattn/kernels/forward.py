@@ -6,9 +6,10 @@ float32 as 3xTF32 on the warpgroup MMA; no mask or the causal one), and ``flash_
 kernel. Parameters: ``PaFwdParams`` (``pa_fwd_params.cuh``).
 
 Tuning is data: ``MMA_TILES``, ``WS_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile, and
-``WS_TILES_LONG`` holds the warp-specialized rows that differ for long calls (``LONG_SEQLEN``). For a call without
-score modifiers (windows and packed sequences included) the warp-specialized row wins where there is one, then the
-matrix-unit row; a shape with no row in any table is not supported, and the error says so.
+``WS_TILES_LONG`` and ``WS_TILES_SHORT`` hold the warp-specialized rows that differ for long calls (``LONG_SEQLEN``)
+and short ones (``SHORT_SEQLEN``). For a call without score modifiers (windows and packed sequences included) the
+warp-specialized row wins where there is one, then the matrix-unit row; a shape with no row in any table is not
+supported, and the error says so.
 """
 from __future__ import annotations
 
@@ -187,6 +188,16 @@ WS_TILES_LONG: dict[str, Rows] = {
     "sm90": rows(HALF, {64: T(block_m=192, block_n=128, threads=512, warpgroup_mma=True, stages=2)}),
 }
 
+# Short calls (at most SHORT_SEQLEN query rows or keys per row, half the keys under a causal mask): warp-specialized
+# rows that differ from WS_TILES. d = 256: 32-key tiles in three stages next to a second Q buffer (the next job's Q
+# copied during the current one, the output leaving through it): 1.10-1.25x the 80-key row at 256 rows (causal
+# N = 512, not causal N = 256; H100, bf16 and fp16, two rounds in alternating processes), 0.94-1.03x at 512 and
+# 0.76-0.86x from 1024 on, where each job's key tiles outweigh its start and end.
+SHORT_SEQLEN = 256
+WS_TILES_SHORT: dict[str, Rows] = {
+    "sm90": rows(HALF, {256: T(block_m=128, block_n=32, threads=384, warpgroup_mma=True, stages=3, q_stages=2)}),
+}
+
 # Windows and packed sequences without score modifiers: warp-specialized rows built without them (PA_MASK_EXT,
 # PA_SCORE_MOD 0), whose jobs hold their sequence and mask in registers. The WS_TILES rows, except where those spill
 # (16-bit d = 256 on 80-key tiles: 52 bytes, float32 d = 64 on 64-key tiles: 144-160; NVRTC 13.5 / 13.0), which take
@@ -269,7 +280,7 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     without the score modifiers where the call has none (``score_mods`` False) and WS_TILES_EXT has a row, else the
     matrix-unit one (its row of MMA_TILES_EXT where there is one). ``seqlen``, the call's length (the shorter of its
     query rows and the keys a row sees, half the keys under a causal mask), picks the row of WS_TILES_LONG from
-    LONG_SEQLEN on (plain and causal calls)."""
+    LONG_SEQLEN on and that of WS_TILES_SHORT up to SHORT_SEQLEN (plain and causal calls)."""
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -296,6 +307,8 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
         tile = ws_rows[fam][key]
     elif chosen == "ws" and seqlen is not None and seqlen >= LONG_SEQLEN:
         tile = WS_TILES_LONG.get(fam, {}).get(key, tile)
+    elif chosen == "ws" and seqlen is not None and seqlen <= SHORT_SEQLEN:
+        tile = WS_TILES_SHORT.get(fam, {}).get(key, tile)
     spec = FwdSpec(chosen, dtype, head_dim, tile, target.lanes, target.emulated, mask_ext,
                    score_mods=not (chosen == "ws" and mask_ext))
     spec.check_fits(target)
@@ -310,15 +323,15 @@ def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
 
 def shipped_variants(target: Target) -> list[FwdSpec]:
     """Every forward variant portattn can use on ``target``: each table row of the matrix-unit and simt kernels,
-    then the warp-specialized rows (short and long calls), then the extended-mask builds of the matrix-unit and
-    simt rows and of the warp-specialized ones (without the score modifiers)."""
+    then the warp-specialized rows (any call, then long and short ones), then the extended-mask builds of the
+    matrix-unit and simt rows and of the warp-specialized ones (without the score modifiers)."""
     fam = target.family
     keys = [(dt, d) for dt in DTYPES for d in HEAD_DIMS]
     pairs = [(k, dt, d) for k in ("mma", "simt") for dt, d in keys if (dt, d) in TABLES[k][fam]]
     specs = [select(target, dt, d, k) for k, dt, d in pairs]
     specs += [select(target, dt, d, "ws") for dt, d in keys if (dt, d) in WS_TILES.get(fam, {})]
-    long = [(dt, d) for dt, d in keys if (dt, d) in WS_TILES_LONG.get(fam, {})]
-    specs += [select(target, dt, d, "ws", seqlen=LONG_SEQLEN) for dt, d in long]
+    for table, seqlen in ((WS_TILES_LONG, LONG_SEQLEN), (WS_TILES_SHORT, SHORT_SEQLEN)):
+        specs += [select(target, dt, d, "ws", seqlen=seqlen) for dt, d in keys if (dt, d) in table.get(fam, {})]
     ext = [select(target, dt, d, k, mask_ext=True) for k, dt, d in pairs]
     ext += [select(target, dt, d, "ws", mask_ext=True, score_mods=False) for dt, d in keys
             if (dt, d) in WS_TILES_EXT.get(fam, {})]

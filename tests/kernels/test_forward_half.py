@@ -9,7 +9,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import portattn
 from portattn.flash_attn import flash_attn_func
-from portattn.kernels.forward import LONG_SEQLEN, has_kernel, select
+from portattn.kernels.forward import LONG_SEQLEN, SHORT_SEQLEN, has_kernel, select
 from portattn.tools.reference import reference_attention, reference_masked, relative_error
 from portattn.tools.testing import tweak_variant, use_kernel
 
@@ -98,6 +98,22 @@ def test_long_calls_with_several_query_blocks_per_multiprocessor(gen, on_half_ta
         check(q, k, v, causal=causal, against_sdpa=False)
     # the call counts as long (causal: half of its 2 * LONG_SEQLEN + 3 keys) and takes the long-call row
     assert chosen and all(s == select(on_half_target, "bfloat16", 64, seqlen=LONG_SEQLEN) for s in chosen)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_short_calls_with_several_query_blocks_per_multiprocessor(gen, on_half_target, dtype, causal):
+    # d = 256 up to SHORT_SEQLEN query rows or keys per row (Hopper: 32-key tiles and two Q buffers): partial last
+    # query and key blocks, Nq != Nk, grouped heads, and more query blocks than SMs.
+    q = rand(gen, dtype, 2, 96, SHORT_SEQLEN - 3, 256)
+    k, v = (rand(gen, dtype, 2, 24, 2 * SHORT_SEQLEN - 5 if causal else SHORT_SEQLEN + 37, 256) for _ in range(2))
+    chosen = []
+    with tweak_variant(lambda spec: chosen.append(spec) or spec):
+        check(q, k, v, causal=causal, against_sdpa=False)
+    check(q[:1, :8], k[:1, :2], v[:1, :2], causal=causal)
+    # the call counts as short (its query rows) and takes the short-call row
+    expected = select(on_half_target, str(dtype).removeprefix("torch."), 256, seqlen=SHORT_SEQLEN)
+    assert chosen and all(s == expected for s in chosen)
 
 
 @pytest.mark.parametrize("d", [64, 128])

@@ -7,7 +7,7 @@ import pytest
 
 from portattn import UnsupportedTargetError
 from portattn.kernels import backward
-from portattn.kernels.forward import LONG_SEQLEN, WS_TILES, WS_TILES_EXT, select, shipped_variants
+from portattn.kernels.forward import LONG_SEQLEN, SHORT_SEQLEN, WS_TILES, WS_TILES_EXT, select, shipped_variants
 from portattn.kernels.variant import HEAD_DIMS, TileConfig
 from portattn.runtime.target import KNOWN_ARCHS, Target
 
@@ -187,6 +187,29 @@ def test_long_calls_take_their_own_rows():
         for d in (96, 128, 256):
             assert select(hopper, dtype, d, seqlen=LONG_SEQLEN) == select(hopper, dtype, d)
     assert select(hopper, "float32", 64, seqlen=LONG_SEQLEN) == select(hopper, "float32", 64)
+
+
+def test_short_calls_take_their_own_rows():
+    """Hopper d = 256: calls of at most SHORT_SEQLEN (query rows, or keys a row sees) take 32-key tiles with two Q
+    buffers (the output leaving through one); longer calls, other head dims, forced and extended-mask kernels and
+    other targets ignore the length."""
+    hopper, ampere = Target.for_arch("sm_90"), Target.for_arch("sm_80")
+    for dtype in ("float16", "bfloat16"):
+        plain = select(hopper, dtype, 256)
+        short = select(hopper, dtype, 256, seqlen=SHORT_SEQLEN)
+        assert short.kernel == plain.kernel == "ws" and short.tile != plain.tile
+        assert short.tile.block_n == 32 and short.tile.q_stages == 2 and short.stores_o_bulk
+        assert short.smem_bytes <= hopper.smem_per_block
+        assert select(hopper, dtype, 256, seqlen=1) == short
+        assert select(hopper, dtype, 256, seqlen=SHORT_SEQLEN + 1) == plain == select(hopper, dtype, 256,
+                                                                                       seqlen=LONG_SEQLEN)
+        assert short in shipped_variants(hopper) and plain in shipped_variants(hopper)
+        assert select(hopper, dtype, 256, "mma", seqlen=1) == select(hopper, dtype, 256, "mma")
+        assert select(hopper, dtype, 256, mask_ext=True, seqlen=1) == select(hopper, dtype, 256, mask_ext=True)
+        assert select(ampere, dtype, 256, seqlen=1) == select(ampere, dtype, 256)
+        for d in (64, 96, 128):
+            assert select(hopper, dtype, d, seqlen=1) == select(hopper, dtype, d)
+    assert select(hopper, "float32", 128, seqlen=1) == select(hopper, "float32", 128)
 
 
 def test_min_blocks_reaches_the_launch_bounds():
