@@ -45,7 +45,8 @@ def sdpa_16bit(q, k, v, causal, scale=None):
 
 
 def check(q, k, v, causal=False, scale=None, against_sdpa=True):
-    """portattn's error vs float64 must be at most twice SDPA's (plus 1e-6 for exact cases); its LSE within 1e-5."""
+    """portattn's error vs float64 must be at most twice SDPA's (plus 1e-6 for exact cases), or without SDPA (calls it
+    does not take) four times that of the float64 result rounded to the inputs' dtype; its LSE within 1e-5."""
     out = torch.full_like(q, float("nan"))
     _, lse = portattn.attention(q, k, v, causal=causal, scale=scale, return_lse=True, out=out)
     ref, ref_lse = reference_attention(q, k, v, causal, scale)
@@ -55,6 +56,9 @@ def check(q, k, v, causal=False, scale=None, against_sdpa=True):
     if against_sdpa:
         sdpa_err = relative_error(sdpa_16bit(q, k, v, causal, scale), ref)
         assert err <= 2 * sdpa_err + 1e-6, f"portattn {err:.3e} vs SDPA {sdpa_err:.3e}"
+    else:
+        rounding_err = relative_error(ref.to(q.dtype), ref)
+        assert err <= 4 * rounding_err + 1e-6, f"portattn {err:.3e} vs the rounded result {rounding_err:.3e}"
     return err
 
 
@@ -85,8 +89,7 @@ def test_more_query_blocks_than_multiprocessors(gen, d, nq, nk, causal):
     # causal masks with Nq != Nk that leave some query blocks few or no keys.
     q = rand(gen, torch.bfloat16, 2, 40, nq, d)
     k, v = (rand(gen, torch.bfloat16, 2, 8, nk, d) for _ in range(2))
-    check(q, k, v, causal=causal, against_sdpa=False)
-    check(q[:, :8], k, v, causal=causal)
+    check(q, k, v, causal=causal)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -138,7 +141,7 @@ def test_gqa_bshd_and_scale(gen, dtype, hq, hk):
     q = rand(gen, dtype, b, n, hq, d).transpose(1, 2)
     k, v = (rand(gen, dtype, b, n, hk, d).transpose(1, 2) for _ in range(2))
     check(q, k, v, causal=True)
-    check(q, k, v, scale=0.3, against_sdpa=False)
+    check(q, k, v, scale=0.3)
 
 
 @pytest.mark.parametrize("d", [64, 128])
