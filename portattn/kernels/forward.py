@@ -190,9 +190,9 @@ WS_TILES_LONG: dict[str, Rows] = {
 
 # Short calls (at most SHORT_SEQLEN query rows or keys per row, half the keys under a causal mask): warp-specialized
 # rows that differ from WS_TILES. d = 256: 32-key tiles in three stages next to a second Q buffer (the next job's Q
-# copied during the current one, the output leaving through it): 1.10-1.25x the 80-key row at 256 rows (causal
-# N = 512, not causal N = 256; H100, bf16 and fp16, two rounds in alternating processes), 0.94-1.03x at 512 and
-# 0.76-0.86x from 1024 on, where each job's key tiles outweigh its start and end.
+# copied during the current one, the output leaving through it): 1.14-1.25x the 80-key row at 256 rows (causal
+# N = 512, not causal N = 256; H100, bf16 and fp16, two rounds in alternating processes on each of two machine
+# starts), 0.96-1.00x at 512 and 0.77-0.86x from 1024 on, where each job's key tiles outweigh its start and end.
 SHORT_SEQLEN = 256
 WS_TILES_SHORT: dict[str, Rows] = {
     "sm90": rows(HALF, {256: T(block_m=128, block_n=32, threads=384, warpgroup_mma=True, stages=3, q_stages=2)}),

@@ -23,7 +23,7 @@ def test_splits_stay_within_their_bounds(base, keys):
     if n > 1:  # every split holds at least MIN_SPLIT_TILES key tiles (spread: one)
         assert keys // n >= (BN if spread else decode.MIN_SPLIT_TILES * BN)
     assert base * n <= max(base, decode.SPLIT_ROUNDS * resident + base)  # no more than the rounds asked for
-    if not spread:  # the blocks that keep BYTES_IN_FLIGHT streaming, or for a long call with splits LONG_...
+    if not spread:  # the blocks that keep BYTES_IN_FLIGHT streaming (a long call with splits: LONG_BYTES_IN_FLIGHT)
         long_call = base * -(-keys // BN) * TILE > decode.LONG_CALL_BYTES and base * TILE < decode.BYTES_IN_FLIGHT
         assert n == 1 or (n - 1) * base * TILE < (decode.LONG_BYTES_IN_FLIGHT if long_call else decode.BYTES_IN_FLIGHT)
 
