@@ -10,6 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import portattn
 from portattn.flash_attn import flash_attn_func
 from portattn.kernels.forward import LONG_SEQLEN, SHORT_SEQLEN, has_kernel, select
+from portattn.kernels.variant import dtype_name
 from portattn.tools.reference import reference_attention, reference_masked, relative_error
 from portattn.tools.testing import tweak_variant, use_kernel
 
@@ -33,7 +34,12 @@ def rand(gen, dtype, *shape):
 def sdpa_16bit(q, k, v, causal, scale=None):
     """SDPA's flash backend; its memory-efficient one where flash has no kernel (causal with Nq != Nk); grouped heads
     repeated where neither takes them."""
-    for kv in ((k, v), tuple(t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))):
+    def layouts():
+        yield k, v
+        if q.shape[1] != k.shape[1]:  # repeated only when the grouped call found no backend
+            yield tuple(t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+
+    for kv in layouts():
         for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
             try:
                 with sdpa_kernel(backend):
@@ -116,7 +122,7 @@ def test_short_calls_with_several_query_blocks_per_multiprocessor(gen, on_half_t
     with tweak_variant(lambda spec: chosen.append(spec) or spec):
         check(q, k, v, causal=causal)
     # the call counts as short (its query rows) and takes the short-call row
-    expected = select(on_half_target, str(dtype).removeprefix("torch."), 256, seqlen=SHORT_SEQLEN)
+    expected = select(on_half_target, dtype_name(dtype), 256, seqlen=SHORT_SEQLEN)
     assert chosen and all(s == expected for s in chosen)
 
 
