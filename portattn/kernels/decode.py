@@ -99,6 +99,13 @@ LONG_BYTES_IN_FLIGHT = 8 << 20
 # A split takes at least this many key tiles: shorter ones cost more in partial writes and the combine launch than
 # their parallel reading saves (scripts/tune_decode.py), and a short cache then needs no combine.
 MIN_SPLIT_TILES = 2
+# A small call spreading its keys over the multiprocessors (splits) takes splits of SPREAD_TILES[family][head dim] key
+# tiles where those still make at least SPREAD_MIN_BLOCKS blocks, else of one tile. Two tiles per split pay at d = 96
+# and 128 on sm_90 (H100, graph timing, one sequence with one key/value head and 4096 keys: d = 128 128 one-tile splits
+# 8.33-8.41 us, 64 two-tile splits 8.15-8.19 us; d = 96 7.75-7.78 -> 7.49 us; four sequences of 1024 keys 1.01-1.02x,
+# other small calls 0.99-1.02x); at d = 64 they ran 0.98-1.00x one tile.
+SPREAD_TILES: dict[str, dict[int, int]] = {"sm90": {96: 2, 128: 2}}
+SPREAD_MIN_BLOCKS = 64
 # Tiles marked swizzled (NVIDIA, 16-bit, d = 64 and 128) take the 128-byte swizzled shared layout: a warp's copies of
 # cache rows then go out as whole 128-byte L2 requests, 3-8 % faster on calls that stream the cache. Splits of fewer
 # than this many key tiles ran 2-9 % slower with them and keep padded rows (DecodePlan.short_attend).
@@ -243,15 +250,16 @@ def shipped_variants(target: Target) -> list[DecodeSpec]:
     return specs  # a tile that does not fit the target gives way to one that does (select)
 
 
-def splits(resident: int, multiprocessors: int, base_blocks: int, keys: int, block_n: int, tile_bytes: int) -> int:
+def splits(resident: int, multiprocessors: int, base_blocks: int, keys: int, block_n: int, tile_bytes: int,
+           spread_tiles: int = 1) -> int:
     """Key splits per (sequence, head, row block), for ``base_blocks`` of those, ``resident`` attend blocks held by
     the GPU's ``multiprocessors`` at once and key tiles of ``block_n`` keys and ``tile_bytes`` bytes of K and V: at
     least MIN_SPLIT_TILES key tiles per split, at most MAX_SPLITS, up to SPLIT_ROUNDS rounds of blocks, and only the
     blocks that keep BYTES_IN_FLIGHT streaming (a call of more than LONG_CALL_BYTES that needs splits for that:
     LONG_BYTES_IN_FLIGHT); of those counts the one that fills its last round best (ties: the most splits). A call of
     more than MIN_SPLIT_TILES key tiles that would still leave multiprocessors without a block spreads its keys
-    further, down to one tile per split and up to a block per multiprocessor: so few blocks take longer to read their
-    keys than the combine costs."""
+    further, up to a block per multiprocessor: so few blocks take longer to read their keys than the combine costs.
+    Its splits then take ``spread_tiles`` key tiles where that still makes SPREAD_MIN_BLOCKS blocks, else one."""
     base = max(base_blocks, 1)
     most = max(1, min(-(-SPLIT_ROUNDS * resident // base), keys // (MIN_SPLIT_TILES * block_n), MAX_SPLITS))
     in_flight = -(-BYTES_IN_FLIGHT // (tile_bytes * base))
@@ -261,7 +269,8 @@ def splits(resident: int, multiprocessors: int, base_blocks: int, keys: int, blo
     n = _best_filling(resident, base, most)
     tiles = -(-keys // block_n)
     if base * n < multiprocessors and tiles > MIN_SPLIT_TILES:
-        n = max(n, min(tiles, multiprocessors // base, MAX_SPLITS))
+        per_split = spread_tiles if base * (tiles // spread_tiles) >= SPREAD_MIN_BLOCKS else 1
+        n = max(n, min(tiles // per_split, multiprocessors // base, MAX_SPLITS))
     return n
 
 
@@ -383,7 +392,8 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
         keys = min(keys, masking.left + seqlen_q + masking.right)
     tile_bytes = 2 * bn * head_dim * q.element_size()  # K and V of one key tile
     n_splits = num_splits or splits(resident_blocks(plan.attend, target), target.multiprocessors,
-                                    batch * heads_kv * row_blocks, keys, bn, tile_bytes)
+                                    batch * heads_kv * row_blocks, keys, bn, tile_bytes,
+                                    SPREAD_TILES.get(target.family, {}).get(head_dim, 1))
     per_split = -(-keys // max(1, min(n_splits, -(-keys // bn))))
     keys_per_split = -(-per_split // bn) * bn  # whole key tiles
     n_splits = -(-keys // keys_per_split)

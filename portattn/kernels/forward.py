@@ -179,11 +179,14 @@ WS_TILES: dict[str, Rows] = {
     }),
 }
 
-# Long calls (at least LONG_SEQLEN query rows, and keys per row: under a causal mask half the keys): warp-specialized
-# rows that differ from WS_TILES. d = 64 is bound by the softmax: three computing warpgroups (192 query rows, no
-# turn-taking, 160 registers each) on 128-key tiles ran 1.09-1.17x the two on 128-key tiles at N = 2048 and
-# 1.06-1.20x from 4096 on (H100), causal N = 2048 0.87-0.88x, N = 1024 0.79-1.03x; 96-key tiles 0.91-0.99x these.
+# Long calls (at least LONG_SEQLEN query rows, and keys per row: under a causal mask half the keys; calls without a
+# mask from LONG_SEQLEN_UNMASKED): warp-specialized rows that differ from WS_TILES. d = 64 is bound by the softmax:
+# three computing warpgroups (192 query rows, no turn-taking, 160 registers each) on 128-key tiles ran 1.09-1.17x the
+# two on 128-key tiles at N = 2048 and 1.06-1.20x from 4096 on (H100), causal N = 2048 0.87-0.88x; at N = 1024
+# 1.05-1.08x without a mask and 0.82-0.86x causal (the diagonal's masked tiles weigh more in 192-row blocks, which
+# also do not take turns); 96-key tiles 0.91-0.99x these.
 LONG_SEQLEN = 2048
+LONG_SEQLEN_UNMASKED = 1024
 WS_TILES_LONG: dict[str, Rows] = {
     "sm90": rows(HALF, {64: T(block_m=192, block_n=128, threads=512, warpgroup_mma=True, stages=2)}),
 }
@@ -273,14 +276,15 @@ class FwdSpec(KernelSpec):
 
 
 def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None, mask_ext: bool = False,
-           seqlen: int | None = None, score_mods: bool = True) -> FwdSpec:
+           seqlen: int | None = None, score_mods: bool = True, causal: bool = False) -> FwdSpec:
     """The forward variant for ``dtype`` and ``head_dim`` on ``target``: the warp-specialized kernel where the
     tables have a row for it (not for score modifiers), else the matrix-unit kernel, else the simt kernel; ``kernel``
     ("ws", "mma" or "simt") asks for one of them. ``mask_ext``: an extended-mask build, the warp-specialized one
     without the score modifiers where the call has none (``score_mods`` False) and WS_TILES_EXT has a row, else the
     matrix-unit one (its row of MMA_TILES_EXT where there is one). ``seqlen``, the call's length (the shorter of its
     query rows and the keys a row sees, half the keys under a causal mask), picks the row of WS_TILES_LONG from
-    LONG_SEQLEN on and that of WS_TILES_SHORT up to SHORT_SEQLEN (plain and causal calls)."""
+    LONG_SEQLEN on (``causal``; else from LONG_SEQLEN_UNMASKED) and that of WS_TILES_SHORT up to SHORT_SEQLEN (plain
+    and causal calls)."""
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -305,7 +309,7 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
         tile = MMA_TILES_EXT.get(fam, {}).get(key, tile)
     elif chosen == "ws" and mask_ext:
         tile = ws_rows[fam][key]
-    elif chosen == "ws" and seqlen is not None and seqlen >= LONG_SEQLEN:
+    elif chosen == "ws" and seqlen is not None and seqlen >= (LONG_SEQLEN if causal else LONG_SEQLEN_UNMASKED):
         tile = WS_TILES_LONG.get(fam, {}).get(key, tile)
     elif chosen == "ws" and seqlen is not None and seqlen <= SHORT_SEQLEN:
         tile = WS_TILES_SHORT.get(fam, {}).get(key, tile)
@@ -373,7 +377,7 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
     batch, seqlen_q, seqlen_k = masking.lengths(q, k)
     keys = seqlen_k // 2 if masking.causal else seqlen_k  # a causal row sees half the keys on average
     spec = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended, min(seqlen_q, keys),
-                  masking.modified)
+                  masking.modified, masking.causal)
     if tweak is not None:
         spec = tweak(spec)
     fn = loader.kernel_function(spec, target, q.device.index)

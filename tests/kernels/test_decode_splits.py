@@ -42,6 +42,15 @@ def test_small_calls_spread_over_the_multiprocessors(base, keys, expected):
     assert decode.splits(528, SMS, base, keys, BN, TILE) == expected
 
 
+@pytest.mark.parametrize("base,keys,expected", [(1, 4096, 64), (1, 8192, 128), (4, 1024, 16), (1, 2048, 64),
+                                                (1, 96, 3), (8, 1024, 16)])
+def test_spreading_calls_take_wider_splits_where_blocks_remain(base, keys, expected):
+    """With two key tiles per spreading split, a call keeps them where they still make 64 blocks (one base of 4096
+    keys: 64 splits instead of 128; four of 1024: 16 instead of 32) and takes one-tile splits where they would not
+    (2048 keys: 64 splits of one tile; three tiles: three splits)."""
+    assert decode.splits(528, SMS, base, keys, BN, TILE, spread_tiles=2) == expected
+
+
 @pytest.mark.parametrize("base,expected", [(64, 8), (32, 16), (48, 11), (256, 1), (300, 1)])
 def test_long_calls_keep_more_bytes_in_flight(base, expected):
     """64k keys (1 GiB and more of K and V): 8 MiB of 16 KiB tiles is 512 blocks, so 64 bases take 8 splits and 32

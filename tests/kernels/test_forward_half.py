@@ -9,7 +9,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import portattn
 from portattn.flash_attn import flash_attn_func
-from portattn.kernels.forward import LONG_SEQLEN, SHORT_SEQLEN, has_kernel, select
+from portattn.kernels.forward import LONG_SEQLEN, LONG_SEQLEN_UNMASKED, SHORT_SEQLEN, has_kernel, select
 from portattn.kernels.variant import dtype_name
 from portattn.tools.reference import reference_attention, reference_masked, relative_error
 from portattn.tools.testing import tweak_variant, use_kernel
@@ -98,17 +98,21 @@ def test_more_query_blocks_than_multiprocessors(gen, d, nq, nk, causal):
     check(q, k, v, causal=causal)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_long_calls_with_several_query_blocks_per_multiprocessor(gen, on_half_target, causal):
-    # d = 64 from LONG_SEQLEN queries and keys per row on (Hopper: 192-row blocks of three computing warpgroups):
-    # partial last query and key blocks, Nq != Nk, grouped heads, and more query blocks than SMs.
-    q = rand(gen, torch.bfloat16, 1, 16, LONG_SEQLEN + 1, 64)
-    k, v = (rand(gen, torch.bfloat16, 1, 4, 2 * LONG_SEQLEN + 3, 64) for _ in range(2))
+@pytest.mark.parametrize("causal,rows", [(False, LONG_SEQLEN + 1), (True, LONG_SEQLEN + 1),
+                                         (False, LONG_SEQLEN_UNMASKED + 5), (True, LONG_SEQLEN_UNMASKED + 5)])
+def test_long_calls_with_several_query_blocks_per_multiprocessor(gen, on_half_target, causal, rows):
+    # d = 64 from LONG_SEQLEN queries and keys per row on, from LONG_SEQLEN_UNMASKED without a mask (Hopper: 192-row
+    # blocks of three computing warpgroups): partial last query and key blocks, Nq != Nk, grouped heads, and more
+    # query blocks than SMs.
+    q = rand(gen, torch.bfloat16, 1, 16, rows, 64)
+    k, v = (rand(gen, torch.bfloat16, 1, 4, 2 * rows + 1, 64) for _ in range(2))
     chosen = []
     with tweak_variant(lambda spec: chosen.append(spec) or spec):
         check(q, k, v, causal=causal)
-    # the call counts as long (causal: half of its 2 * LONG_SEQLEN + 3 keys) and takes the long-call row
-    assert chosen and all(s == select(on_half_target, "bfloat16", 64, seqlen=LONG_SEQLEN) for s in chosen)
+    # the call's length: its query rows (causal: half of its 2 * rows + 1 keys, as many)
+    assert chosen and all(s == select(on_half_target, "bfloat16", 64, seqlen=rows, causal=causal) for s in chosen)
+    if rows < LONG_SEQLEN:  # long without a mask only
+        assert all((s.tile.block_m == 192) == (not causal and s.kernel == "ws") for s in chosen)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -7,7 +7,15 @@ import pytest
 
 from portattn import UnsupportedTargetError
 from portattn.kernels import backward
-from portattn.kernels.forward import LONG_SEQLEN, SHORT_SEQLEN, WS_TILES, WS_TILES_EXT, select, shipped_variants
+from portattn.kernels.forward import (
+    LONG_SEQLEN,
+    LONG_SEQLEN_UNMASKED,
+    SHORT_SEQLEN,
+    WS_TILES,
+    WS_TILES_EXT,
+    select,
+    shipped_variants,
+)
 from portattn.kernels.variant import HEAD_DIMS, TileConfig
 from portattn.runtime.target import KNOWN_ARCHS, Target
 
@@ -170,15 +178,20 @@ def test_bulk_output_stores_go_with_two_q_buffers():
 
 
 def test_long_calls_take_their_own_rows():
-    """Hopper d = 64: calls of at least LONG_SEQLEN (query rows, and keys a row sees) take the three-warpgroup row;
-    other head dims, shorter calls, forced and extended-mask kernels and other targets ignore the length."""
+    """Hopper d = 64: calls of at least LONG_SEQLEN_UNMASKED (query rows, and keys a row sees) take the
+    three-warpgroup row, causal ones from LONG_SEQLEN; other head dims, shorter calls, forced and extended-mask
+    kernels and other targets ignore the length."""
     hopper, ampere = Target.for_arch("sm_90"), Target.for_arch("sm_80")
     for dtype in ("float16", "bfloat16"):
         short = select(hopper, dtype, 64)
         long = select(hopper, dtype, 64, seqlen=LONG_SEQLEN)
         assert long.kernel == short.kernel == "ws" and long.tile != short.tile
         assert long.tile.block_m == 192 and long.tile.threads == 512 and long.block_threads == 512
-        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN - 1) == short == select(hopper, dtype, 64, seqlen=1)
+        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN_UNMASKED) == long
+        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN_UNMASKED - 1) == short
+        assert select(hopper, dtype, 64, seqlen=1) == short
+        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN, causal=True) == long
+        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN - 1, causal=True) == short
         assert select(hopper, dtype, 64, "ws", seqlen=1 << 20) == long
         assert long in shipped_variants(hopper) and short in shipped_variants(hopper)
         assert select(hopper, dtype, 64, "mma", seqlen=LONG_SEQLEN) == select(hopper, dtype, 64, "mma")
