@@ -57,8 +57,9 @@ PA_DEVICE PaBlock pa_block_coords(const PaFwdParams& p, int block_m) {
 // Persistent kernels: block i takes the units of work i, i + gridDim.x, ... A unit is one query block or, under a
 // right window bound (causal: a query block's work grows with its index), two of one (batch, head): the k-th heaviest
 // and the k-th lightest, so that the units cost the same (but for the middle block of an odd count, alone).
-// Consecutive units take one (batch, head), heavy ones first, like pa_block_coords. The host counts them (num_units:
-// batch * heads_q * pa_units_per_head) and sizes the grid by that count (forward.py).
+// Consecutive units take one (batch, head), heavy ones first, like pa_block_coords; a pair runs its light block
+// first, so that the heavy one starts on the keys the light one has just read, still in the L2 cache. The host counts
+// them (num_units: batch * heads_q * pa_units_per_head) and sizes the grid by that count (forward.py).
 PA_DEVICE bool pa_paired_units(const PaFwdParams& p) { return p.window_right != PA_MASK_NONE; }
 PA_DEVICE int pa_units_per_head(const PaFwdParams& p) {
     return pa_paired_units(p) ? (p.num_m_blocks + 1) / 2 : p.num_m_blocks;
@@ -68,8 +69,9 @@ PA_DEVICE int pa_unit_parts(const PaFwdParams& p, int unit) {
     const int k = unit % pa_units_per_head(p);
     return pa_paired_units(p) && 2 * k + 1 < p.num_m_blocks ? 2 : 1;
 }
-// Query block `part` of a unit: the heavy one (0), then the light one (1).
+// Query block `part` of a unit: of a pair the light one (0), then the heavy one (1).
 PA_DEVICE PaBlock pa_unit_block(const PaFwdParams& p, int block_m, int unit, int part) {
     const int per_head = pa_units_per_head(p), k = unit % per_head;
-    return pa_head_block(p, block_m, unit / per_head, part == 0 ? p.num_m_blocks - 1 - k : k);
+    const bool light = pa_paired_units(p) && part == 0;
+    return pa_head_block(p, block_m, unit / per_head, light ? k : p.num_m_blocks - 1 - k);
 }
