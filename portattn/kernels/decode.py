@@ -103,7 +103,8 @@ MIN_SPLIT_TILES = 2
 # dim)] key tiles where those still make at least SPREAD_MIN_BLOCKS blocks, else of one tile. Two tiles per split pay
 # at 16-bit d = 96 and 128 on sm_90 (H100, graph timing, one sequence with one key/value head and 4096 keys: d = 128
 # 128 one-tile splits 8.33-8.41 us, 64 two-tile splits 8.15-8.19 us; d = 96 7.75-7.78 -> 7.49 us; four sequences of
-# 1024 keys 1.01-1.02x, other small calls 0.99-1.02x); at d = 64 they ran 0.98-1.00x one tile.
+# 1024 keys 1.01-1.02x, other small calls 0.99-1.02x, all on the 16-row tiles; the 64-row ones take the same rule,
+# not measured); at d = 64 they ran 0.98-1.00x one tile.
 SPREAD_TILES: dict[str, dict[tuple[str, int], int]] = {"sm90": {(dt, d): 2 for dt in HALF for d in (96, 128)}}
 SPREAD_MIN_BLOCKS = 64
 # Tiles marked swizzled (NVIDIA, 16-bit, d = 64 and 128) take the 128-byte swizzled shared layout: a warp's copies of
