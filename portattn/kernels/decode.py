@@ -330,22 +330,20 @@ def start(plan: Launches, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
           cache_batch_idx: torch.Tensor | None = None, cache_leftpad: torch.Tensor | None = None) -> None:
     """Launch ``plan`` (from ``run``) on tensors of its signature (only their addresses are read)."""
     launches, sizes = plan
-    p = type(launches[0].params).from_buffer_copy(launches[0].params)  # pointers null, softcap 0
     stream = current_stream(q.device)
-    parts = None
+    fields = dict(q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=out.data_ptr(),
+                  cache_seqlens=cache_seqlens.data_ptr(), scale=scale, scale_log2=scale * 1.4426950408889634)
     if sizes is not None:  # the partial outputs, then their LSE
-        parts = _partials(q.device, stream, sizes[0] + sizes[1])
-        p.o_part, p.lse_part = parts.data_ptr(), parts.data_ptr() + 4 * sizes[0]
-    p.q, p.k, p.v, p.o = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
-    p.cache_seqlens = cache_seqlens.data_ptr()
-    p.scale, p.scale_log2 = scale, scale * 1.4426950408889634
+        parts = _partials(q.device, stream, sizes[0] + sizes[1])  # held until the launches are queued
+        fields.update(o_part=parts.data_ptr(), lse_part=parts.data_ptr() + 4 * sizes[0])
     for name, t in (("lse", lse), ("k_new", k_new), ("v_new", v_new), ("block_table", block_table),
                     ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
                     ("alibi_slopes", masking.alibi)):
-        if t is not None:
-            setattr(p, name, t.data_ptr())
+        if t is not None:  # else null, as in the template
+            fields[name] = t.data_ptr()
     if masking.softcap > 0:
-        p.softcap = masking.softcap
+        fields["softcap"] = masking.softcap
+    p = launches[0].fill(fields)  # the launches share the template (_plan)
     for launch in launches:
         launch.send(p, stream)
 

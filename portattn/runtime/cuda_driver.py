@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import DriverError
@@ -69,7 +69,6 @@ class Function:
     smem_limit: int = _DEFAULT_SMEM_LIMIT  # dynamic shared memory a launch may use without raising the limit
     address: int = 0  # the CUfunction and its primary context as integers, for the launch path
     context: int = 0
-    overlap_configs: dict = field(default_factory=dict)  # (grid, block, smem, stream) -> _LaunchConfig
 
 
 _launch_lib: ctypes.CDLL | None = None
@@ -160,19 +159,6 @@ def set_tensor_map_address(map_address: int, address: int, fn: Function) -> None
     _check_code(code, "cuTensorMapReplaceAddress")
 
 
-def _overlap_config(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
-                    stream_handle: int) -> _LaunchConfig:
-    """The launch configuration of an overlapping launch, made once per (grid, block, shared memory, stream) of
-    ``fn``: building one costs microseconds, a dictionary lookup a tenth of one."""
-    key = (grid, block, smem_bytes, stream_handle)
-    config = fn.overlap_configs.get(key)
-    if config is None:
-        if len(fn.overlap_configs) >= _CONFIGS_KEPT:
-            fn.overlap_configs.clear()
-        config = fn.overlap_configs[key] = _LaunchConfig(grid, block, smem_bytes, stream_handle, _OVERLAP_PTR, 1)
-    return config
-
-
 def _in_context(context: int, call: Callable[[], int]) -> int:
     """The code of ``call()``, a driver call through ctypes, made with ``context`` current: pushed for the call when
     the calling thread has another one or none (autograd runs the backward on a thread of its own)."""
@@ -217,23 +203,49 @@ def load(binary: bytes, device_index: int) -> Module:
     return Module(handle, device_index)
 
 
-def launch(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
-           params: ctypes.Structure, stream_handle: int, overlap: bool = False) -> None:
-    """Launch ``fn`` with one by-value struct argument on the stream ``stream_handle``, in the function's primary
-    context (made current for the launch when another one is); ``overlap``: as a programmatic dependent launch."""
+def launcher(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
+             overlap: bool = False) -> Callable[[int, int], None]:
+    """A launch of ``fn`` made ready once: ``go(args_address, stream_handle)`` launches it with the kernel-parameter
+    array at ``args_address`` (the address of one by-value struct) on the stream, in the function's primary context
+    (made current for the launch when another one is, or none); ``overlap``: as a programmatic dependent launch, with
+    a launch configuration made once per stream (building one costs microseconds, a dictionary lookup a tenth of
+    one)."""
     if smem_bytes > fn.smem_limit:
         drv = _driver()
         with _Current(fn.device_index):
             attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             _check(drv.cuFuncSetAttribute(fn.handle, attr, smem_bytes), "cuFuncSetAttribute")
         fn.smem_limit = smem_bytes
-    lib = _launch_lib or _launch_entry_points()
+    lib = _launch_entry_points()
+    get_current, launch_ex, launch_plain = lib.cuCtxGetCurrent, lib.cuLaunchKernelEx, lib.cuLaunchKernel
+    context, address = fn.context, fn.address
+    configs: dict[int, _LaunchConfig] = {}
+    call = f"{'cuLaunchKernelEx' if overlap else 'cuLaunchKernel'}({fn.name})"
+
+    def go(args_address: int, stream_handle: int) -> None:
+        current = ctypes.c_void_p()
+        code = get_current(ctypes.byref(current))
+        if code or current.value != context:
+            _check_code(code, "cuCtxGetCurrent")
+            _in_context(context, lambda: go(args_address, stream_handle))  # runs go with the context current
+            return
+        if overlap:
+            config = configs.get(stream_handle)
+            if config is None:
+                if len(configs) >= _CONFIGS_KEPT:
+                    configs.clear()
+                config = configs[stream_handle] = _LaunchConfig(grid, block, smem_bytes, stream_handle,
+                                                                _OVERLAP_PTR, 1)
+            code = launch_ex(config, address, args_address, None)
+        else:
+            code = launch_plain(address, *grid, *block, smem_bytes, stream_handle, args_address, None)
+        if code:
+            _check_code(code, call)
+    return go
+
+
+def launch(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
+           params: ctypes.Structure, stream_handle: int, overlap: bool = False) -> None:
+    """Launch ``fn`` once with one by-value struct argument on the stream ``stream_handle`` (see ``launcher``)."""
     args = _ONE_ARG(ctypes.addressof(params))
-    if overlap:
-        config = _overlap_config(fn, grid, block, smem_bytes, stream_handle)
-        code = _in_context(fn.context, lambda: lib.cuLaunchKernelEx(config, fn.address, ctypes.addressof(args), None))
-    else:
-        code = _in_context(fn.context, lambda: lib.cuLaunchKernel(fn.address, *grid, *block, smem_bytes, stream_handle,
-                                                                  ctypes.addressof(args), None))
-    if code:
-        _check_code(code, f"{'cuLaunchKernelEx' if overlap else 'cuLaunchKernel'}({fn.name})")
+    launcher(fn, grid, block, smem_bytes, overlap)(ctypes.addressof(args), stream_handle)

@@ -109,21 +109,29 @@ def load(binary: bytes, device_index: int, hip: Any = None) -> Module:
     return Module(handle, device_index, hip, binary)
 
 
-def launch(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
-           params: ctypes.Structure, stream_handle: int, overlap: bool = False) -> None:
-    """Launch ``fn`` with one by-value struct argument on the stream ``stream_handle`` (0: the null stream). HIP
-    has no overlapping launch: ``overlap`` is never set for HIP targets, and launches keep stream order."""
+def launcher(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
+             overlap: bool = False) -> Callable[[int, int], None]:
+    """A launch of ``fn`` made ready once: ``go(args_address, stream_handle)`` launches it with the kernel-parameter
+    array at ``args_address`` (the address of one by-value struct) on the stream (0: the null stream). HIP has no
+    overlapping launch: ``overlap`` is never set for HIP targets, and launches keep stream order."""
     hip = fn.hip
-    # kernelParams is a void** array with one entry: the address of the struct argument.
-    args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+    grid, block, smem_bytes = tuple(map(int, grid)), tuple(map(int, block)), int(smem_bytes)
 
     def detail() -> str:  # built only for an error
-        text = f"{fn.name} grid={tuple(grid)} block={tuple(block)} smem={smem_bytes}"
+        text = f"{fn.name} grid={grid} block={block} smem={smem_bytes}"
         if smem_bytes > _LDS_PER_WORKGROUP:
             text += f" (more dynamic LDS than the {_LDS_PER_WORKGROUP} bytes a workgroup can have)"
         return text
 
-    with _OnDevice(hip, fn.device_index):
-        _check(hip, hip.hipModuleLaunchKernel(fn.handle, *map(int, grid), *map(int, block), int(smem_bytes),
-                                              int(stream_handle), ctypes.addressof(args), None),
-               "hipModuleLaunchKernel", detail)
+    def go(args_address: int, stream_handle: int) -> None:
+        with _OnDevice(hip, fn.device_index):
+            _check(hip, hip.hipModuleLaunchKernel(fn.handle, *grid, *block, smem_bytes, int(stream_handle),
+                                                  args_address, None), "hipModuleLaunchKernel", detail)
+    return go
+
+
+def launch(fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int,
+           params: ctypes.Structure, stream_handle: int, overlap: bool = False) -> None:
+    """Launch ``fn`` once with one by-value struct argument on the stream ``stream_handle`` (see ``launcher``)."""
+    args = (ctypes.c_void_p * 1)(ctypes.addressof(params))  # kernelParams: a void** array with one entry
+    launcher(fn, grid, block, smem_bytes, overlap)(ctypes.addressof(args), stream_handle)

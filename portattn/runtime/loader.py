@@ -6,7 +6,6 @@ find the function handle in a dictionary, so the per-call path does no file read
 from __future__ import annotations
 
 import ctypes
-import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Hashable
@@ -52,11 +51,26 @@ def remember(cache: dict, key: Any, value: Any) -> Any:
     return value
 
 
+class ThreadParams:
+    """A launch's parameter struct kept for one thread (the driver copies the parameters at launch, so the struct
+    serves every call), the kernel-parameter array that points at it, and the addresses its tensor maps point at."""
+
+    __slots__ = ("struct", "args", "args_address", "reset", "addresses")
+
+    def __init__(self, struct: ctypes.Structure, template: ctypes.Structure, keep: int, maps: int) -> None:
+        self.struct = struct
+        self.args = (ctypes.c_void_p * 1)(ctypes.addressof(struct))
+        self.args_address = ctypes.addressof(self.args)
+        # memmove arguments that set the fields after the first ``keep`` bytes (the maps) to the template's
+        self.reset = (ctypes.addressof(struct) + keep, ctypes.addressof(template) + keep, ctypes.sizeof(struct) - keep)
+        self.addresses: list = [None] * maps
+
+
 @dataclass(frozen=True)
 class Launch:
     """Everything of one launch that does not change between calls of the same signature (shapes, strides, dtype,
     options): the function, grid, block, shared memory and a parameter struct whose per-call fields (pointers,
-    scale) each call sets on a copy (with tensor maps: on a struct kept per thread). Families keep these per
+    scale) each call sets on a struct kept per thread, reset to the template first. Families keep these per
     signature so that a call does no lookup beyond one dictionary access."""
 
     target: Target
@@ -71,11 +85,9 @@ class Launch:
     _per_thread: threading.local = field(default_factory=threading.local, init=False, repr=False, compare=False)
     _map_offsets: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)  # by tensor_maps entry
     _maps_end: int = field(default=0, init=False, repr=False, compare=False)  # the first byte after the maps
-    _send: Any = field(default=None, init=False, repr=False, compare=False)  # the driver's launch, bound
+    _go: Any = field(default=None, init=False, repr=False, compare=False)  # the driver's launch, made ready
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_send", functools.partial(backend_for(self.target.vendor).driver.launch, self.fn,
-                                                             (self.grid, 1, 1), (self.threads, 1, 1), self.smem_bytes))
         if self.tensor_maps:  # they must lead the struct
             struct = type(self.params)
             members = [getattr(struct, map_name) for map_name, _ in self.tensor_maps]
@@ -86,47 +98,48 @@ class Launch:
                 end += member.size
             object.__setattr__(self, "_map_offsets", tuple(member.offset for member in members))
             object.__setattr__(self, "_maps_end", end)
+        object.__setattr__(self, "_go", backend_for(self.target.vendor).driver.launcher(
+            self.fn, (self.grid, 1, 1), (self.threads, 1, 1), self.smem_bytes, self.overlap))
 
     def __call__(self, stream_handle: int, **fields: Any) -> None:
         self.send(self.fill(fields), stream_handle)
 
-    def fill(self, fields: dict[str, Any]) -> ctypes.Structure:
-        """This launch's struct with the per-call ``fields`` set (and its tensor maps pointed at their tensors); the
-        launches of one call signature that share the template can all be sent it."""
-        params = self._kept_params() if self.tensor_maps else type(self.params).from_buffer_copy(self.params)
+    def fill(self, fields: dict[str, Any]) -> ThreadParams:
+        """This thread's struct with the per-call ``fields`` set on the template's other fields (and its tensor maps
+        pointed at their tensors); the launches of one call signature that share the template can all be sent it."""
+        params = getattr(self._per_thread, "params", None)
+        if params is None:
+            params = self._per_thread.params = self._thread_params()
+        else:
+            ctypes.memmove(*params.reset)
+        struct = params.struct
         for name, value in fields.items():
-            setattr(params, name, value)
+            setattr(struct, name, value)
         if self.tensor_maps:
             self._repoint_maps(params, fields)
         return params
 
-    def send(self, params: ctypes.Structure, stream_handle: int) -> None:
-        """Launch with ``params`` (a struct of this launch's type, its per-call fields set) on the stream."""
-        self._send(params, stream_handle, self.overlap)
+    def send(self, params: ThreadParams, stream_handle: int) -> None:
+        """Launch with ``params`` (from ``fill`` of this launch or of one sharing its template) on the stream."""
+        self._go(params.args_address, stream_handle)
 
-    def _kept_params(self) -> ctypes.Structure:
-        """The struct of a launch with tensor maps: one aligned copy per thread, kept between calls (the driver
-        copies the parameters at launch), its fields after the maps reset to the template's."""
-        state = self._per_thread
-        params = getattr(state, "params", None)
-        struct = type(self.params)
-        if params is None:
-            params = backend_for(self.target.vendor).driver.aligned_struct(struct)
-            ctypes.memmove(ctypes.addressof(params), ctypes.addressof(self.params), ctypes.sizeof(struct))
-            state.params, state.addresses = params, [None] * len(self.tensor_maps)
+    def _thread_params(self) -> ThreadParams:
+        """A copy of the template for the calling thread; with tensor maps at an address aligned for them."""
+        struct_type = type(self.params)
+        if self.tensor_maps:
+            struct = backend_for(self.target.vendor).driver.aligned_struct(struct_type)
+            ctypes.memmove(ctypes.addressof(struct), ctypes.addressof(self.params), ctypes.sizeof(struct_type))
         else:
-            end = self._maps_end
-            ctypes.memmove(ctypes.addressof(params) + end, ctypes.addressof(self.params) + end,
-                           ctypes.sizeof(struct) - end)
-        return params
+            struct = struct_type.from_buffer_copy(self.params)
+        return ThreadParams(struct, self.params, self._maps_end, len(self.tensor_maps))
 
-    def _repoint_maps(self, params: ctypes.Structure, fields: dict[str, Any]) -> None:
+    def _repoint_maps(self, params: ThreadParams, fields: dict[str, Any]) -> None:
         """Point each map of this thread's struct at its call's tensor, only where the address changed: re-pointing
         is a driver call."""
-        addresses = self._per_thread.addresses
+        addresses = params.addresses
         for i, (_, pointer) in enumerate(self.tensor_maps):
             address = fields[pointer]
             if addresses[i] != address:
                 backend_for(self.target.vendor).driver.set_tensor_map_address(
-                    ctypes.addressof(params) + self._map_offsets[i], address, self.fn)
+                    ctypes.addressof(params.struct) + self._map_offsets[i], address, self.fn)
                 addresses[i] = address

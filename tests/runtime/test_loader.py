@@ -31,18 +31,62 @@ def test_overlapping_launch_structs_match_the_cuda_driver_layout():
     assert ctypes.sizeof(c._LaunchConfig) == 56
 
 
-def test_overlapping_launch_configurations_are_made_once_and_stay_bounded(monkeypatch):
+class _Driver:
+    """The driver's context and launch entry points as ``cuda_driver.launcher`` calls them, recorded: the calling
+    thread has ``current`` as its context."""
+
+    def __init__(self, current: int) -> None:
+        self.current, self.calls = current, []
+
+    def cuCtxGetCurrent(self, ref) -> int:
+        ref._obj.value = self.current
+        return 0
+
+    def cuCtxPushCurrent_v2(self, context: int) -> int:
+        self.calls.append(("push", context))
+        self.saved, self.current = self.current, context
+        return 0
+
+    def cuCtxPopCurrent_v2(self, ref) -> int:
+        self.calls.append(("pop",))
+        self.current = self.saved
+        return 0
+
+    def cuLaunchKernelEx(self, config, address: int, args: int, extra: None) -> int:
+        self.calls.append(("ex", config, address, args, self.current))
+        return 0
+
+    def cuLaunchKernel(self, address: int, *rest) -> int:
+        self.calls.append(("plain", address, *rest, self.current))
+        return 0
+
+
+def test_launches_run_in_the_functions_context_with_configurations_made_once(monkeypatch):
+    """A launch made ready by ``cuda_driver.launcher`` runs in its function's context (pushed for the launch when
+    the thread has another one current), and an overlapping one keeps one launch configuration per stream, at most
+    _CONFIGS_KEPT of them."""
     from portattn.runtime import cuda_driver as c
 
+    driver = _Driver(current=0x77)
+    monkeypatch.setattr(c, "_launch_lib", driver)
     monkeypatch.setattr(c, "_CONFIGS_KEPT", 2)
-    fn = c.Function(handle=None, name="k", device_index=0)
-    first = c._overlap_config(fn, (4, 1, 1), (64, 1, 1), 1024, 7)
-    assert c._overlap_config(fn, (4, 1, 1), (64, 1, 1), 1024, 7) is first
+    fn = c.Function(handle=None, name="k", device_index=0, address=0x5000, context=0x77)
+    go = c.launcher(fn, (4, 1, 1), (64, 1, 1), 1024, overlap=True)
+    go(0xA0, 7)
+    go(0xA8, 7)
+    (_, first, *rest1), (_, again, *rest2) = driver.calls
+    assert first is again and rest1 == [0x5000, 0xA0, 0x77] and rest2 == [0x5000, 0xA8, 0x77]
     assert (list(first.grid), list(first.block), first.smem_bytes, first.stream, first.num_attrs) == (
         [4, 1, 1], [64, 1, 1], 1024, 7, 1)
-    for stream in range(10):
-        c._overlap_config(fn, (4, 1, 1), (64, 1, 1), 1024, stream)
-        assert len(fn.overlap_configs) <= 2
+    go(0xA0, 8)
+    go(0xA0, 9)  # a third stream: the two kept configurations are dropped
+    go(0xA0, 7)
+    assert driver.calls[-1][1] is not first and driver.calls[-1][1].stream == 7
+    driver.calls.clear()
+    driver.current = 0x99  # another context is current: pushed for the launch, then popped
+    c.launcher(fn, (4, 1, 1), (64, 1, 1), 1024)(0xB0, 3)
+    assert driver.calls == [("push", 0x77), ("plain", 0x5000, 4, 1, 1, 64, 1, 1, 1024, 3, 0xB0, None, 0x77), ("pop",)]
+    assert driver.current == 0x99
 
 
 def test_launches_with_tensor_maps_repoint_only_what_changed(monkeypatch):
@@ -52,8 +96,14 @@ def test_launches_with_tensor_maps_repoint_only_what_changed(monkeypatch):
     from portattn.runtime import cuda_driver
 
     repointed, launched = [], []
+
+    def launcher(*ready):
+        def go(args_address: int, stream: int) -> None:  # the struct that the parameter array points at
+            launched.append(FwdParams.from_address(ctypes.c_void_p.from_address(args_address).value))
+        return go
+
     monkeypatch.setattr(cuda_driver, "set_tensor_map_address", lambda at, address, fn: repointed.append((at, address)))
-    monkeypatch.setattr(cuda_driver, "launch", lambda *args: launched.append(args[4]))  # args[4]: the struct
+    monkeypatch.setattr(cuda_driver, "launcher", launcher)
     maps = (("map_q", "q"), ("map_k", "k"), ("map_v", "v"))
     launch = loader.Launch(Target.for_arch("sm_90"), None, 1, 384, 0, FwdParams(batch=2, scale=0.5), tensor_maps=maps)
 
@@ -75,7 +125,8 @@ def test_launches_with_tensor_maps_repoint_only_what_changed(monkeypatch):
     other = threading.Thread(target=launch, args=(7,), kwargs=dict(q=0x1000, k=0x4000, v=0x3000))
     other.start()
     other.join()
-    assert len(repointed) == 3 and launched[-1] is not launched[-2]  # the other thread's own struct, all maps
+    # the other thread's own struct, all maps
+    assert len(repointed) == 3 and ctypes.addressof(launched[-1]) != ctypes.addressof(launched[-2])
 
 
 def test_tensor_maps_must_lead_the_struct():
