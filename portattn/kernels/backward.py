@@ -30,10 +30,12 @@ from .variant import (
     KernelSpec,
     Rows,
     TileConfig,
+    allocation,
     current_stream,
     dtype_name,
     forced_kernel,
     launch_target,
+    new_from,
     rows,
     selects,
     set_strides,
@@ -319,11 +321,15 @@ def shipped_variants(target: Target) -> list[BwdSpec]:
 
 @dataclass(frozen=True)
 class BwdLaunches:
-    """The launches of one backward signature: the first kernel, dK/dV, and (deterministic) the dQ kernel."""
+    """The launches of one backward signature: the first kernel, dK/dV, and (deterministic) the dQ kernel; and the
+    float32 workspaces they take (``variant.allocation``): the row arrays delta and LSE in log2 units, and (atomic
+    backward) the sums of dQ, [batch, heads_q, seq_q, d] like the kernels' q."""
 
     prep: loader.Launch
     dkdv: loader.Launch
     dq: loader.Launch | None
+    row_arrays: torch.Tensor
+    dq_sums: torch.Tensor | None
 
 
 _launches: dict[tuple, BwdLaunches] = {}
@@ -354,28 +360,24 @@ def start(launches: BwdLaunches, dout: torch.Tensor, q: torch.Tensor, k: torch.T
           out: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor | None, dq: torch.Tensor, dk: torch.Tensor,
           dv: torch.Tensor, scale: float, masking: Masking) -> None:
     """Launch ``launches`` (from ``run``) on tensors of its signature (only their addresses are read)."""
-    # One float32 workspace: the sums of dQ (atomic backward; [batch, heads_q, seq_q, d] like the kernels' q) first,
-    # at the allocation's alignment, then the row arrays delta and LSE in log2 units.
-    rows = q.shape[0] * q.shape[1] * q.shape[2]
-    sums = 0 if launches.dq is not None else q.numel()
-    work = torch.empty(sums + 2 * rows, dtype=torch.float32, device=q.device)
-    base = work.data_ptr()
-    delta = base + 4 * sums
+    work = new_from(launches.row_arrays)  # delta, then the LSE in log2 units
+    sums = None if launches.dq_sums is None else new_from(launches.dq_sums)
+    delta = work.data_ptr()
     fields = {} if masking is PLAIN or masking is CAUSAL else call_fields(masking)
     fields.update(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
-                  lse=lse.data_ptr(), lse_log2=delta + 4 * rows, delta=delta, dq_accum=base if sums else None,
-                  dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(), scale=scale,
-                  scale_log2=scale * 1.4426950408889634)
+                  lse=lse.data_ptr(), lse_log2=delta + 2 * work.numel(), delta=delta,
+                  dq_accum=None if sums is None else sums.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
+                  dv=dv.data_ptr(), scale=scale, scale_log2=scale * 1.4426950408889634)
     params = launches.dkdv.fill(fields)  # the kernels share the template (_plan) and take the same fields
     stream = current_stream(q.device)
     launches.prep.send(params, stream)
     if grad_lse is not None:  # the LSE's own gradient: dS = P (dP - delta + grad_lse)
-        work[sums:sums + rows].sub_(grad_lse.reshape(-1))
+        work[:work.numel() // 2].sub_(grad_lse.reshape(-1))
     launches.dkdv.send(params, stream)
-    if launches.dq is not None:
+    if sums is None:
         launches.dq.send(params, stream)
     else:
-        dq.copy_(work[:sums].view(q.shape))
+        dq.copy_(sums)
 
 
 def _plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dq: torch.Tensor,
@@ -408,4 +410,6 @@ def _plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         fn = loader.kernel_function(spec, target, q.device.index)
         launches.append(loader.Launch(target, fn, grids[spec.stage], spec.block_threads, spec.smem_bytes, p,
                                       tensor_maps=maps if spec.stage == "dkdv" else ()))
-    return BwdLaunches(launches[0], launches[1], launches[2] if deterministic else None)
+    row_arrays = allocation((2 * rows_shape[0] * heads_q * rows_shape[2],), torch.float32, q.device)
+    dq_sums = None if deterministic else allocation(q.shape, torch.float32, q.device)
+    return BwdLaunches(launches[0], launches[1], launches[2] if deterministic else None, row_arrays, dq_sums)

@@ -34,7 +34,7 @@ import torch
 
 from ..kernels import backward, decode, forward
 from ..kernels.masking import CAUSAL, PLAIN, Masking, window_bounds
-from ..kernels.variant import OVERRIDES, forced_kernel, launch_target
+from ..kernels.variant import OVERRIDES, allocation, forced_kernel, launch_target, new_from
 from ..runtime import loader
 from . import eager
 from .support import gpu_problem, mask_4d, mask_problem, options_problem, qkv_problem, sdpa_problem
@@ -52,9 +52,12 @@ def _kernel_layout(t: torch.Tensor) -> torch.Tensor:
     return t if _in_kernel_layout(t) else torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
 
 
+def _lse_shape(q: torch.Tensor) -> tuple[int, ...]:
+    return (q.shape[1], q.shape[0]) if q.dim() == 3 else q.shape[:3]  # packed sequences: [heads, total]
+
+
 def _new_lse(q: torch.Tensor, return_lse: bool) -> torch.Tensor:
-    shape = (q.shape[1], q.shape[0]) if q.dim() == 3 else q.shape[:3]  # packed sequences: [heads, total]
-    return torch.empty(shape if return_lse else (0,), dtype=torch.float32, device=q.device)
+    return torch.empty(_lse_shape(q) if return_lse else (0,), dtype=torch.float32, device=q.device)
 
 
 # The mask arguments of the operators, after (q, k, v, [out,] causal, scale, return_lse, [deterministic]).
@@ -179,8 +182,7 @@ def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 def _new_grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Uninitialized contiguous tensors for the gradients of q, k and v."""
-    return (torch.empty(q.shape, dtype=q.dtype, device=q.device), torch.empty(k.shape, dtype=k.dtype, device=k.device),
-            torch.empty(v.shape, dtype=v.dtype, device=v.device))
+    return new_from(q), new_from(k), new_from(v)
 
 
 # Launches a backward again on new tensors of its signature: fn(dout, q, k, v, out, lse) -> (dq, dk, dv).
@@ -253,17 +255,39 @@ attention_backward_op.register_autograd(_refuse_double_backward, setup_context=_
 _SAVED = object()  # stands for a mask argument saved with the tensors
 
 
-def _save(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-          masks: tuple, causal: bool, scale: float, deterministic: bool, has_lse: bool) -> None:
-    """Keep what the backward reads: the tensors (the mask arguments' among them) and the call's options."""
+class _TrainingCall:
+    """The options of a training call that its backward reads (``masks`` apart: saved with the tensors), with the
+    verification hooks of the forward's call. Eager calls of one signature without tensors among the mask arguments
+    share one (``eager.Replay``: called with q, k, v and no ``out``, gives the output), which keeps the launches of
+    the forward, made by the first call, and of the backward for each layout of the output's gradient, made by the
+    first backward with it."""
+
+    def __init__(self, q: torch.Tensor, causal: bool, scale: float, deterministic: bool, return_lse: bool,
+                 masks: MaskArgs = NO_MASKS, kept: bool = False) -> None:
+        self.causal, self.scale, self.deterministic, self.return_lse = causal, scale, deterministic, return_lse
+        self.masks = masks if kept else None  # a kept call's (no tensors among them)
+        self.overrides = OVERRIDES.get()
+        self.forward: Optional[ForwardReplay] = None
+        self.backward: dict[tuple, BackwardReplay] = {}
+        self.lse = allocation(_lse_shape(q), torch.float32, q.device) if kept else None
+
+    def new_lse(self, q: torch.Tensor) -> torch.Tensor:
+        return _new_lse(q, True) if self.lse is None else new_from(self.lse)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: None) -> torch.Tensor:
+        return _apply_eager(q, k, v, self, self.masks)
+
+
+def _save(ctx: Any, call: _TrainingCall, masks: tuple, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+          out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Keep what the backward reads: the tensors (the mask arguments' among them) and the call."""
+    ctx.call = call
     if _scalar(masks):
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.masks = masks
     else:
         ctx.save_for_backward(q, k, v, out, lse, *[t for t in masks if isinstance(t, torch.Tensor)])
         ctx.masks = tuple(_SAVED if isinstance(t, torch.Tensor) else t for t in masks)
-    ctx.causal, ctx.scale, ctx.deterministic, ctx.has_lse = causal, scale, deterministic, has_lse
-    ctx.overrides = OVERRIDES.get()
 
 
 def _with_call_overrides(grad_fn: Callable[..., tuple]) -> Callable[..., tuple]:
@@ -271,7 +295,7 @@ def _with_call_overrides(grad_fn: Callable[..., tuple]) -> Callable[..., tuple]:
     runs the backward of GPU tensors on a thread of its own, where the caller's are not set."""
     @functools.wraps(grad_fn)
     def run(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple:
-        token = OVERRIDES.set(ctx.overrides)
+        token = OVERRIDES.set(ctx.call.overrides)
         try:
             return grad_fn(ctx, *grads)
         finally:
@@ -290,19 +314,20 @@ def _saved(ctx: Any) -> tuple:
 
 def _attention_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
     q, k, v, causal, scale, return_lse, deterministic = inputs[:7]
-    _save(ctx, q, k, v, *output, inputs[7:], causal, scale, deterministic, return_lse)
+    _save(ctx, _TrainingCall(q, causal, scale, deterministic, return_lse), inputs[7:], q, k, v, *output)
 
 
 @_with_call_overrides
 def _attention_grad(ctx: Any, grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor]) -> tuple:
     q, k, v, out, lse, masks = _saved(ctx)
-    if not ctx.has_lse:
+    call = ctx.call
+    if not call.return_lse:
         raise RuntimeError("portattn::attention was called with return_lse=False, so its backward has no LSE; "
                            "call it through portattn.attention, which asks for the LSE when a backward may follow")
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    dq, dk, dv = torch.ops.portattn.attention_backward(grad_out, q, k, v, out, lse, grad_lse, ctx.causal, ctx.scale,
-                                                       ctx.deterministic, *masks)
+    dq, dk, dv = torch.ops.portattn.attention_backward(grad_out, q, k, v, out, lse, grad_lse, call.causal, call.scale,
+                                                       call.deterministic, *masks)
     return (dq, dk, dv) + (None,) * (4 + len(NO_MASKS))
 
 
@@ -313,63 +338,49 @@ class _EagerAttention(torch.autograd.Function):
     """``portattn::attention`` and its autograd for eager calls on plain tensors: the operators' bodies without the
     dispatcher, whose custom-operator layer costs several hundred microseconds of host time per call. The same
     tensors are saved; a backward that builds a graph (``create_graph``) runs the backward operator, which refuses
-    a double backward. ``replays`` (calls of one signature without tensors among the mask arguments) keeps the
-    launches of the forward and of each layout of the output's gradient, made by the first call, for the later
-    ones."""
+    a double backward. Gives the output, and the LSE after it when the call asked for it."""
 
     @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                deterministic: bool, masks: MaskArgs, replays: Optional["_TrainingReplays"] = None
-                ) -> Tuple[torch.Tensor, torch.Tensor]:
-        out, lse = torch.empty_like(q), _new_lse(q, True)
-        if replays is not None and replays.forward is not None:
-            replays.forward(q, k, v, out, lse)
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: _TrainingCall,
+                masks: MaskArgs) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        out, lse = torch.empty_like(q), call.new_lse(q)
+        if call.forward is not None:
+            call.forward(q, k, v, out, lse)
         else:
-            launched = _forward_into(q, k, v, out, lse, causal, scale, masks)
-            if replays is not None:
-                replays.forward = launched
+            call.forward = _forward_into(q, k, v, out, lse, call.causal, call.scale, masks)
+        _save(ctx, call, masks, q, k, v, out, lse)
+        if not call.return_lse:
+            return out
         ctx.set_materialize_grads(False)
-        _save(ctx, q, k, v, out, lse, masks, causal, scale, deterministic, True)
-        ctx.replays = replays
         return out, lse
 
     @staticmethod
     @_with_call_overrides
-    def backward(ctx: Any, grad_out: Optional[torch.Tensor], grad_lse: Optional[torch.Tensor]) -> tuple:
+    def backward(ctx: Any, grad_out: Optional[torch.Tensor], grad_lse: Optional[torch.Tensor] = None) -> tuple:
         q, k, v, out, lse, masks = _saved(ctx)
+        call = ctx.call
         if grad_out is None:
             grad_out = torch.zeros_like(out)
-        args = (grad_out, q, k, v, out, lse, grad_lse, ctx.causal, ctx.scale, ctx.deterministic)
-        replays = ctx.replays
+        args = (grad_out, q, k, v, out, lse, grad_lse, call.causal, call.scale, call.deterministic)
         if torch.is_grad_enabled():
             grads = torch.ops.portattn.attention_backward(*args, *masks)
-        elif replays is None or grad_lse is not None or type(grad_out) is not torch.Tensor or grad_out.data_ptr() & 15:
+        elif grad_lse is not None or type(grad_out) is not torch.Tensor or grad_out.data_ptr() & 15:
             grads = _backward_into(*args, masks)[0]
         else:  # the layout of the output's gradient completes the backward's signature
             layout = grad_out.stride()
-            launch = replays.backward.get(layout)
+            launch = call.backward.get(layout)
             if launch is not None:
                 grads = launch(grad_out, q, k, v, out, lse)
             else:
                 grads, launch = _backward_into(*args, masks)
                 if launch is not None:
-                    loader.remember(replays.backward, layout, launch)
-        return (*grads, None, None, None, None, None)
+                    loader.remember(call.backward, layout, launch)
+        return (*grads, None, None)
 
 
-class _TrainingReplays:
-    """The replay of eager training calls of one signature without tensors among the mask arguments
-    (``eager.Replay``: called with q, k, v and no ``out``, gives the output): the launches of the forward, made by
-    the first call, and of the backward for each layout of the output's gradient, made by the first backward with
-    it."""
-
-    def __init__(self, causal: bool, scale: float, deterministic: bool, masks: MaskArgs) -> None:
-        self.causal, self.scale, self.deterministic, self.masks = causal, scale, deterministic, masks
-        self.forward: Optional[ForwardReplay] = None
-        self.backward: dict[tuple, BackwardReplay] = {}
-
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: None) -> torch.Tensor:
-        return _EagerAttention.apply(q, k, v, self.causal, self.scale, self.deterministic, self.masks, self)[0]
+# ``_EagerAttention.apply`` without the Python layer of ``torch.autograd.Function.apply`` (functorch's checks, a few
+# microseconds a call): the eager path runs only outside torch.func's transforms (``eager.plain``, ``_runs_bodies``).
+_apply_eager = super(torch.autograd.Function, _EagerAttention).apply
 
 
 @torch.library.custom_op("portattn::attention_out", mutates_args=("out",), device_types="cuda")
@@ -526,10 +537,11 @@ def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()
         if bodies:  # eager training: the same operator bodies and saved tensors
-            replays = _TrainingReplays(causal, scale, deterministic, masks) if record is not None else None
-            out, lse = _EagerAttention.apply(q, k, v, causal, scale, deterministic, masks, replays)
-            if replays is not None and replays.forward is not None:
-                eager.remember(record, replays)
+            call = _TrainingCall(q, causal, scale, deterministic, return_lse, masks, kept=record is not None)
+            result = _apply_eager(q, k, v, call, masks)
+            if record is not None and call.forward is not None:
+                eager.remember(record, call)
+            return result
         else:
             out, lse = torch.ops.portattn.attention(q, k, v, causal, scale, True, deterministic, *masks)
     return (out, lse) if return_lse else out
