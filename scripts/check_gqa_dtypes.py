@@ -6,13 +6,12 @@ SDPA's cuDNN backend on the same inputs: CUDA events, median of 30 calls after 5
 """
 from __future__ import annotations
 
-import statistics
-
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import portattn
+from portattn.tools.bench import time_ms
 
 B, HQ, HK, N, D = 32, 32, 8, 1024, 128
 KINDS = {"float16": lambda t: t.half(), "bfloat16": lambda t: t.bfloat16(),
@@ -24,28 +23,15 @@ def inputs(kind: str) -> list[torch.Tensor]:
     return [KINDS[kind](torch.randn(B, h, N, D, device="cuda", generator=gen)) for h in (HQ, HK, HK)]
 
 
-def median_ms(fn, reps: int = 30) -> float:
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def main() -> None:
     flops = 4 * B * HQ * N * N * D / 2  # causal
     for order in (list(KINDS), list(KINDS)[::-1]):
         for kind in order:
             q, k, v = inputs(kind)
-            ours = median_ms(lambda: portattn.attention(q, k, v, causal=True))
+            ours = time_ms(lambda: portattn.attention(q, k, v, causal=True), reps=30, warmup=5)
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                cudnn = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+                sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # noqa: E731
+                cudnn = time_ms(sdpa, reps=30, warmup=5)
             print(f"{kind:26s} portattn {flops / ours / 1e9:6.1f} TF/s  cudnn {flops / cudnn / 1e9:6.1f} TF/s  "
                   f"x cudnn {cudnn / ours:.3f}")
 
