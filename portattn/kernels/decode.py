@@ -100,12 +100,14 @@ LONG_BYTES_IN_FLIGHT = 8 << 20
 # their parallel reading saves (scripts/tune_decode.py), and a short cache then needs no combine.
 MIN_SPLIT_TILES = 2
 # A small call spreading its keys over the multiprocessors (splits) takes splits of SPREAD_TILES[family][(dtype, head
-# dim)] key tiles where those still make at least SPREAD_MIN_BLOCKS blocks, else of one tile. Two tiles per split pay
-# at 16-bit d = 96 and 128 on sm_90 (H100, graph timing, one sequence with one key/value head and 4096 keys: d = 128
-# 128 one-tile splits 8.33-8.41 us, 64 two-tile splits 8.15-8.19 us; d = 96 7.75-7.78 -> 7.49 us; four sequences of
-# 1024 keys 1.01-1.02x, other small calls 0.99-1.02x, all on the 16-row tiles; the 64-row ones take the same rule,
-# not measured); at d = 64 they ran 0.98-1.00x one tile.
-SPREAD_TILES: dict[str, dict[tuple[str, int], int]] = {"sm90": {(dt, d): 2 for dt in HALF for d in (96, 128)}}
+# dim, tile rows)] key tiles where those still make at least SPREAD_MIN_BLOCKS blocks, else of one tile. Two tiles per
+# split pay on the 16-row tiles at 16-bit d = 96 and 128 on sm_90 (H100, graph timing, one sequence with one key/value
+# head and 4096 keys: d = 128 128 one-tile splits 8.33-8.41 us, 64 two-tile splits 8.15-8.19 us; d = 96 7.75-7.78 ->
+# 7.49 us; four sequences of 1024 keys 1.01-1.02x, other small calls 0.99-1.02x); at d = 64 they ran 0.98-1.00x one
+# tile, and on the 64-row tiles (several query rows per sequence) 0.87-1.03x, mostly below (bf16, d = 96 and 128;
+# scripts/ab_decode_spread.py).
+SPREAD_TILES: dict[str, dict[tuple[str, int, int], int]] = {
+    "sm90": {(dt, d, 16): 2 for dt in HALF for d in (96, 128)}}
 SPREAD_MIN_BLOCKS = 64
 # Tiles marked swizzled (NVIDIA, 16-bit, d = 64 and 128) take the 128-byte swizzled shared layout: a warp's copies of
 # cache rows then go out as whole 128-byte L2 requests, 3-8 % faster on calls that stream the cache. Splits of fewer
@@ -392,7 +394,7 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
     tile_bytes = 2 * bn * head_dim * q.element_size()  # K and V of one key tile
     n_splits = num_splits or splits(resident_blocks(plan.attend, target), target.multiprocessors,
                                     batch * heads_kv * row_blocks, keys, bn, tile_bytes,
-                                    SPREAD_TILES.get(target.family, {}).get((dtype_name(q.dtype), head_dim), 1))
+                                    SPREAD_TILES.get(target.family, {}).get((dtype_name(q.dtype), head_dim, bm), 1))
     per_split = -(-keys // max(1, min(n_splits, -(-keys // bn))))
     keys_per_split = -(-per_split // bn) * bn  # whole key tiles
     n_splits = -(-keys // keys_per_split)

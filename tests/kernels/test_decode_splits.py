@@ -3,8 +3,10 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from portattn.kernels import decode, variant
+from portattn.kernels.masking import PLAIN
 from portattn.runtime.resources import Resources, blocks_per_multiprocessor
 from portattn.runtime.target import Target
 
@@ -49,6 +51,26 @@ def test_spreading_calls_take_wider_splits_where_blocks_remain(base, keys, expec
     keys: 64 splits instead of 128; four of 1024: 16 instead of 32) and takes one-tile splits where they would not
     (2048 keys: 64 splits of one tile; three tiles: three splits)."""
     assert decode.splits(528, SMS, base, keys, BN, TILE, spread_tiles=2) == expected
+
+
+@pytest.mark.parametrize("d,heads_q,seqlen_q,spread", [(128, 8, 1, 2), (96, 8, 2, 2), (128, 8, 8, 1), (128, 8, 4, 1),
+                                                      (64, 8, 1, 1)])
+def test_spreading_splits_are_keyed_by_dtype_head_dim_and_tile_rows(monkeypatch, d, heads_q, seqlen_q, spread):
+    """A call's plan reads its spreading split's key tiles from SPREAD_TILES: two on sm_90 at bf16 d = 96 and 128 for
+    calls of at most 16 packed query rows (the 16-row tiles), one on the 64-row tiles and at d = 64."""
+    class Planned(Exception):
+        pass
+
+    def stop(*args):  # the plan's split count, asked before any kernel is loaded
+        raise Planned(args[-1])
+
+    monkeypatch.setattr(decode, "splits", stop)
+    monkeypatch.setattr(decode, "resident_blocks", lambda spec, target: 4)
+    q = torch.empty(1, seqlen_q, heads_q, d, dtype=torch.bfloat16)
+    cache = torch.empty(1, 4096, 1, d, dtype=torch.bfloat16)
+    with pytest.raises(Planned) as planned:
+        decode._plan(q, cache, cache, q, None, None, None, PLAIN, 0, None, Target.for_arch("sm_90"))
+    assert planned.value.args == (spread,)
 
 
 @pytest.mark.parametrize("base,expected", [(64, 8), (32, 16), (48, 11), (256, 1), (300, 1)])
