@@ -205,9 +205,10 @@ def allocation(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device)
     return torch.empty(1, dtype=dtype, device=device).expand(shape)
 
 
-def new_from(allocation: torch.Tensor) -> torch.Tensor:
-    """A new uninitialized contiguous tensor of the shape, dtype and device that ``allocation`` stands for."""
-    return torch.empty_like(allocation, memory_format=torch.contiguous_format)
+def new_from(like: torch.Tensor) -> torch.Tensor:
+    """A new uninitialized contiguous tensor of the shape, dtype and device of ``like`` (a tensor, or a stand-in from
+    ``allocation``)."""
+    return torch.empty_like(like, memory_format=torch.contiguous_format)
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU-only builds
