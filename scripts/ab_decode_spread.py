@@ -26,8 +26,8 @@ def split_counts(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: tor
     real = decode.splits
     decode.splits = lambda *args: asked.append(args[:6]) or real(*args)
     try:
-        decode._plans.clear()  # plan afresh (no replay), so that the split count is asked for
-        eager._replays.clear()
+        decode.forget_plans()  # plan afresh (no replay), so that the split count is asked for
+        eager.forget()
         attention_with_kvcache(q, k, v, cache_seqlens=lengths)
     finally:
         decode.splits = real

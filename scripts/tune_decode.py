@@ -76,9 +76,8 @@ def main() -> None:
         decode.BYTES_IN_FLIGHT = in_flight
         decode.LONG_CALL_BYTES = long_call
         decode.LONG_BYTES_IN_FLIGHT = long_in_flight
-        decode._plans.clear()
-        decode._selected.clear()
-        eager._replays.clear()  # replays keep the launches of the tables they were made with
+        decode.forget_plans()
+        eager.forget()  # replays keep the launches of the tables they were made with
         spec = decode.select(target, "bfloat16", 128, 4).attend
         res = compile_kernel(spec, target).resources
         cells, ratios = [], []

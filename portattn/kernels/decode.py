@@ -21,6 +21,7 @@ number of splits comes from the shape and the GPU's multiprocessor count (``spli
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import threading
 from dataclasses import dataclass, replace
@@ -181,8 +182,15 @@ def attend_kernel(plan: DecodePlan, keys_per_split: int) -> DecodeSpec:
 
 
 # select's answers: a call whose key length is new plans its launches (once per generated token). Whoever changes
-# DECODE_TILES at run time (scripts/tune_decode.py) clears it.
+# DECODE_TILES or the split rules at run time (scripts/tune_decode.py) calls forget_plans.
 _selected: dict[tuple, DecodePlan] = {}
+
+
+def forget_plans() -> None:
+    """Drop every kept kernel choice and launch state: later calls plan afresh."""
+    _selected.clear()
+    _calls.clear()
+    _shapes.clear()
 
 
 def select(target: Target, dtype: str, head_dim: int, packed_rows: int = 1, mask_ext: bool = False) -> DecodePlan:
@@ -296,44 +304,82 @@ def _strides_bnh(t: torch.Tensor) -> tuple[int, int, int]:
     return tuple(0 if t.shape[i] == 1 else t.stride(i) for i in range(3))  # type: ignore[return-value]
 
 
-# The launches of a call signature (sharing one parameter struct) and the float32 elements of its partial outputs
-# and of their LSE (None with one split).
-Launches = tuple[list[loader.Launch], tuple[int, int] | None]
-_plans: dict[tuple, Launches] = {}
+@dataclass(frozen=True)
+class DecodeCall:
+    """The launches of one call signature, sharing one parameter struct whose template holds what does not depend on
+    the cache's length; ``sizes``: the float32 elements of the splits' partial outputs and of their LSE (None with one
+    split); ``fields``: what does depend on it (the cache's strides and capacity, the keys per split), set on every
+    call. Calls whose caches differ only in length (a cache that grows by one key per generated token) share the
+    launches of one split count and attend kernel."""
+
+    launches: tuple[loader.Launch, ...]
+    sizes: tuple[int, int] | None
+    fields: dict[str, int]
+
+
+@dataclass
+class _Shape:
+    """What the calls of one signature but for the cache's length share: the kernels, the parameter template (without
+    the fields that depend on the length) and, per split count and attend kernel, their launches."""
+
+    plan: DecodePlan
+    params: ctypes.Structure
+    base_blocks: int  # attend blocks per split: sequences x key/value heads x row blocks
+    resident: int
+    spread_tiles: int
+    launches: dict[tuple[int, DecodeSpec], tuple[tuple[loader.Launch, ...], tuple[int, int] | None]]
+
+
+_calls: dict[tuple, DecodeCall] = {}
+_shapes: dict[tuple, _Shape] = {}
 
 
 def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
         cache_seqlens: torch.Tensor, k_new: torch.Tensor | None, v_new: torch.Tensor | None,
         block_table: torch.Tensor | None, masking: Masking, scale: float, num_splits: int, max_keys: int | None,
-        cache_batch_idx: torch.Tensor | None = None, cache_leftpad: torch.Tensor | None = None) -> Launches:
+        cache_batch_idx: torch.Tensor | None = None, cache_leftpad: torch.Tensor | None = None) -> DecodeCall:
     """Append (when k_new is given), attend and combine on ``q``'s device and torch's current stream. Inputs are
     validated, in kernel layouts (unit stride along the head dim, 16-byte aligned rows), ``scale >= 0``;
     ``cache_seqlens`` (and ``cache_batch_idx``, ``cache_leftpad``) are int32 on the device; ``masking`` is aligned
     bottom-right and has no mask tensor or variable lengths; ``max_keys`` bounds the keys of any sequence when the
-    caller knows it. The launch state of a call signature is made once; it is returned, so that a caller can
-    ``start`` it again on tensors of the same signature."""
+    caller knows it. The launch state of a call signature is made once (``plan``); it is returned, so that a caller
+    can ``start`` it again on tensors of the same signature."""
+    call = plan(q, k_cache, v_cache, out, lse, k_new, v_new, block_table, masking, num_splits, max_keys)
+    start(call, q, k_cache, v_cache, out, lse, cache_seqlens, k_new, v_new, block_table, masking, scale,
+          cache_batch_idx, cache_leftpad)
+    return call
+
+
+def plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
+         k_new: torch.Tensor | None, v_new: torch.Tensor | None, block_table: torch.Tensor | None, masking: Masking,
+         num_splits: int, max_keys: int | None) -> DecodeCall:
+    """The launch state of ``run``'s call signature, made on its first call."""
     target = launch_target(q.device)
     key = (target, q.device.index, q.dtype, q.shape, q.stride(), k_cache.shape, k_cache.stride(), v_cache.stride(),
-           out.stride(),
-           lse is None, None if k_new is None else (k_new.shape, k_new.stride(), v_new.stride()),
+           out.stride(), lse is None, None if k_new is None else (k_new.shape, k_new.stride(), v_new.stride()),
            None if block_table is None else block_table.shape, masking.key, num_splits, max_keys)
-    plan = _plans.get(key)
-    if plan is None:
-        plan = loader.remember(_plans, key, _plan(q, k_cache, v_cache, out, k_new, v_new, block_table, masking,
-                                                  num_splits, max_keys, target))
-    start(plan, q, k_cache, v_cache, out, lse, cache_seqlens, k_new, v_new, block_table, masking, scale,
-          cache_batch_idx, cache_leftpad)
-    return plan
+    call = _calls.get(key)
+    if call is None:
+        paged = block_table is not None
+        shape_key = (target, q.device.index, q.dtype, q.shape, q.stride(), k_cache.shape[0],
+                     k_cache.shape[1] if paged else None, k_cache.shape[2:], out.stride(), *key[9:13])
+        shape = _shapes.get(shape_key)
+        if shape is None:
+            shape = loader.remember(_shapes, shape_key,
+                                    _shape(q, k_cache, out, k_new, v_new, block_table, masking, target))
+        call = loader.remember(_calls, key, _call(shape, q, k_cache, v_cache, block_table, masking, num_splits,
+                                                  max_keys, target))
+    return call
 
 
-def start(plan: Launches, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
+def start(call: DecodeCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
           lse: torch.Tensor | None, cache_seqlens: torch.Tensor, k_new: torch.Tensor | None,
           v_new: torch.Tensor | None, block_table: torch.Tensor | None, masking: Masking, scale: float,
           cache_batch_idx: torch.Tensor | None = None, cache_leftpad: torch.Tensor | None = None) -> None:
-    """Launch ``plan`` (from ``run``) on tensors of its signature (only their addresses are read)."""
-    launches, sizes = plan
+    """Launch ``call`` (from ``plan``) on tensors of its signature (only their addresses are read)."""
+    launches, sizes = call.launches, call.sizes
     stream = current_stream(q.device)
-    fields = dict(q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=out.data_ptr(),
+    fields = dict(call.fields, q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=out.data_ptr(),
                   cache_seqlens=cache_seqlens.data_ptr(), scale=scale, scale_log2=scale * 1.4426950408889634)
     if sizes is not None:  # the partial outputs, then their LSE
         parts = _partials(q.device, stream, sizes[0] + sizes[1])  # held until the launches are queued
@@ -345,7 +391,7 @@ def start(plan: Launches, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
             fields[name] = t.data_ptr()
     if masking.softcap > 0:
         fields["softcap"] = masking.softcap
-    p = launches[0].fill(fields)  # the launches share the template (_plan)
+    p = launches[0].fill(fields)  # the launches share the template (_shape)
     for launch in launches:
         launch.send(p, stream)
 
@@ -374,56 +420,79 @@ def _log2(n: int) -> int:
     return n.bit_length() - 1 if n & (n - 1) == 0 else -1
 
 
-def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, k_new: torch.Tensor | None,
-          v_new: torch.Tensor | None, block_table: torch.Tensor | None, masking: Masking, num_splits: int,
-          max_keys: int | None, target: Target) -> Launches:
-    """The launches of one call signature (sharing one parameter struct, pointers unset) and the shape of the
-    splits' float32 partial outputs (None with one split)."""
+def _shape(q: torch.Tensor, k_cache: torch.Tensor, out: torch.Tensor, k_new: torch.Tensor | None,
+           v_new: torch.Tensor | None, block_table: torch.Tensor | None, masking: Masking, target: Target) -> _Shape:
+    """The kernels and the parameter template (pointers, the fields that depend on the cache's length and the split
+    count's unset) of the calls of one signature but for the cache's length."""
     batch, seqlen_q, heads_q, head_dim = q.shape
     heads_kv = k_cache.shape[2]
     packed = heads_q // heads_kv * seqlen_q
     mask_ext = masking.left != NONE or masking.softcap > 0 or masking.alibi is not None
-    plan = select(target, dtype_name(q.dtype), head_dim, packed, mask_ext)
+    chosen = select(target, dtype_name(q.dtype), head_dim, packed, mask_ext)
     paged = block_table is not None
-    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
-    bm, bn = plan.attend.tile.block_m, plan.attend.tile.block_n
-    row_blocks = -(-packed // bm)
+    row_blocks = -(-packed // chosen.attend.tile.block_m)
+    p = DecodeParams(
+        batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q,
+        seqlen_new=k_new.shape[1] if k_new is not None else 0,
+        page_size=k_cache.shape[1] if paged else 0, page_shift=_log2(k_cache.shape[1]) if paged else -1,
+        max_pages=block_table.shape[1] if paged else 0,
+        num_pages=k_cache.shape[0] if paged else 0, cache_batch=batch if paged else k_cache.shape[0],
+        window_left=masking.left, window_right=masking.right, row_blocks=row_blocks,
+    )
+    if masking.alibi is not None:
+        p.alibi_sb = masking.alibi.stride(0) if masking.alibi.dim() == 2 else 0
+    for name, t in (("q", q), ("o", out), ("kn", k_new), ("vn", v_new)):
+        if t is not None:
+            p_sb, p_sn, p_sh = _strides_bnh(t)
+            setattr(p, f"{name}_sb", p_sb)
+            setattr(p, f"{name}_sn", p_sn)
+            setattr(p, f"{name}_sh", p_sh)
+    spread = SPREAD_TILES.get(target.family, {}).get((dtype_name(q.dtype), head_dim, chosen.attend.tile.block_m), 1)
+    return _Shape(chosen, p, batch * heads_kv * row_blocks, resident_blocks(chosen.attend, target), spread, {})
+
+
+def _call(shape: _Shape, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+          block_table: torch.Tensor | None, masking: Masking, num_splits: int, max_keys: int | None,
+          target: Target) -> DecodeCall:
+    """The launches of one call signature (of ``shape`` with this cache): its split count and keys per split from the
+    keys it may see, and the launches of that count and attend kernel, made once per ``shape``."""
+    head_dim, seqlen_q = q.shape[3], q.shape[1]
+    capacity = block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
+    bn = shape.plan.attend.tile.block_n
     keys = max(1, min(capacity, max_keys) if max_keys is not None else capacity)
     if masking.left != NONE and masking.right != NONE:  # the keys some query position sees
         keys = min(keys, masking.left + seqlen_q + masking.right)
     tile_bytes = 2 * bn * head_dim * q.element_size()  # K and V of one key tile
-    n_splits = num_splits or splits(resident_blocks(plan.attend, target), target.multiprocessors,
-                                    batch * heads_kv * row_blocks, keys, bn, tile_bytes,
-                                    SPREAD_TILES.get(target.family, {}).get((dtype_name(q.dtype), head_dim, bm), 1))
+    n_splits = num_splits or splits(shape.resident, target.multiprocessors, shape.base_blocks, keys, bn, tile_bytes,
+                                    shape.spread_tiles)
     per_split = -(-keys // max(1, min(n_splits, -(-keys // bn))))
     keys_per_split = -(-per_split // bn) * bn  # whole key tiles
     n_splits = -(-keys // keys_per_split)
-    p = DecodeParams(
-        batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q,
-        seqlen_new=k_new.shape[1] if k_new is not None else 0, capacity=capacity,
-        page_size=k_cache.shape[1] if paged else 0, page_shift=_log2(k_cache.shape[1]) if paged else -1,
-        max_pages=block_table.shape[1] if paged else 0,
-        num_pages=k_cache.shape[0] if paged else 0, cache_batch=batch if paged else k_cache.shape[0],
-        window_left=masking.left, window_right=masking.right, row_blocks=row_blocks, num_splits=n_splits,
-        keys_per_split=keys_per_split, combine_groups=combine_groups(n_splits),
-    )
-    if masking.alibi is not None:
-        p.alibi_sb = masking.alibi.stride(0) if masking.alibi.dim() == 2 else 0
-    for name, t in (("q", q), ("k", k_cache), ("v", v_cache), ("o", out), ("kn", k_new), ("vn", v_new)):
-        if t is None:
-            continue
-        sb, sn, sh = (t.stride(0), t.stride(1), t.stride(2)) if name in ("k", "v") else _strides_bnh(t)
-        setattr(p, f"{name}_sb", sb)
-        setattr(p, f"{name}_sn", sn)
-        setattr(p, f"{name}_sh", sh)
+    attend = attend_kernel(shape.plan, keys_per_split)
+    launches = shape.launches.get((n_splits, attend))
+    if launches is None:
+        launches = shape.launches[n_splits, attend] = _launches(shape, q, n_splits, attend, target)
+    fields = dict(capacity=capacity, keys_per_split=keys_per_split)
+    for name, t in (("k", k_cache), ("v", v_cache)):
+        fields.update({f"{name}_sb": t.stride(0), f"{name}_sn": t.stride(1), f"{name}_sh": t.stride(2)})
+    return DecodeCall(*launches, fields)
+
+
+def _launches(shape: _Shape, q: torch.Tensor, n_splits: int, attend: DecodeSpec,
+              target: Target) -> tuple[tuple[loader.Launch, ...], tuple[int, int] | None]:
+    """The launches of ``shape`` with ``n_splits`` splits and the ``attend`` kernel (sharing one parameter template),
+    and the shape of the splits' float32 partial outputs (None with one split)."""
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    p = type(shape.params).from_buffer_copy(shape.params)
+    p.num_splits, p.combine_groups = n_splits, combine_groups(n_splits)
     grids = []
-    if k_new is not None and k_new.shape[1] > 0:
+    if p.seqlen_new > 0:
         per_block = HELPER_THREADS // (head_dim * q.element_size() // 16)
-        grids.append((plan.append, -(-batch * k_new.shape[1] * heads_kv // per_block)))
-    grids.append((attend_kernel(plan, keys_per_split), n_splits * row_blocks * batch * heads_kv))
+        grids.append((shape.plan.append, -(-batch * p.seqlen_new * p.heads_kv // per_block)))
+    grids.append((attend, n_splits * shape.base_blocks))
     if n_splits > 1:
-        rows_per_block = plan.combine.tile.block_m // p.combine_groups
-        grids.append((plan.combine, -(-batch * heads_q * seqlen_q // rows_per_block)))
+        rows_per_block = shape.plan.combine.tile.block_m // p.combine_groups
+        grids.append((shape.plan.combine, -(-batch * heads_q * seqlen_q // rows_per_block)))
     launches = []
     for spec, grid in grids:
         if grid >= 2**31:
@@ -432,4 +501,4 @@ def _plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: to
         launches.append(loader.Launch(target, fn, grid, spec.tile.threads, spec.smem_bytes, p,
                                       target.overlapping_launches))
     rows = n_splits * batch * heads_q * seqlen_q
-    return launches, (rows * head_dim, rows) if n_splits > 1 else None
+    return tuple(launches), (rows * head_dim, rows) if n_splits > 1 else None

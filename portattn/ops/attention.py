@@ -37,14 +37,8 @@ from ..kernels.masking import CAUSAL, PLAIN, Masking, window_bounds
 from ..kernels.variant import OVERRIDES, allocation, forced_kernel, launch_target, new_from
 from ..runtime import loader
 from . import eager
+from .eager import in_kernel_layout as _in_kernel_layout
 from .support import gpu_problem, mask_4d, mask_problem, options_problem, qkv_problem, sdpa_problem
-
-
-def _in_kernel_layout(t: torch.Tensor) -> bool:
-    """Whether the kernels can use ``t`` in place: unit stride along head_dim and 16-byte aligned rows."""
-    stride, shape, per_16_bytes = t.stride(), t.shape, 16 // t.element_size()
-    return (stride[3] == 1 and t.data_ptr() % 16 == 0 and (shape[0] == 1 or stride[0] % per_16_bytes == 0)
-            and (shape[1] == 1 or stride[1] % per_16_bytes == 0) and (shape[2] == 1 or stride[2] % per_16_bytes == 0))
 
 
 def _kernel_layout(t: torch.Tensor) -> torch.Tensor:
@@ -120,14 +114,7 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     q, k, v = _kernel_layout(q), _kernel_layout(k), _kernel_layout(v)
     if (decode.takes(masking) and q.shape[2] <= decode.MAX_QUERIES and forced_kernel() is None
             and decode.serves(launch_target(q.device), q.dtype, q.shape[3])):  # a few query rows: decoding
-        lengths = _lengths(q.shape[0], k.shape[2], q.device)
-        plan = decode.run(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), _as_4d(dest).transpose(1, 2),
-                          lse, lengths, None, None, None, masking, scale, 0, k.shape[2])
-
-        def replay(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                   lse: Optional[torch.Tensor]) -> None:
-            # The transposed views of the first call have the same addresses.
-            decode.start(plan, q, k, v, out, lse, lengths, None, None, None, masking, scale)
+        replay: ForwardReplay = _DecodeReplay(q, k, v, _as_4d(dest), lse, masking, scale)
     else:
         launch = forward.run(q, k, v, _as_4d(dest), lse, scale, masking)
 
@@ -139,6 +126,34 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         return None
     direct = q is inputs[0] and k is inputs[1] and v is inputs[2] and _scalar(masks)
     return replay if direct else None
+
+
+class _DecodeReplay:
+    """The decode launches of a call (launched on creation) and of the calls of its signature with keys of any length
+    and strides (in kernel layout): a new one (a cache that grows by one key per generated token) takes the launch
+    state of its split count (``decode.plan``) and a lengths tensor of its own, kept for the calls that follow."""
+
+    __slots__ = ("masking", "scale", "last")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 lse: Optional[torch.Tensor], masking: Masking, scale: float) -> None:
+        self.masking, self.scale = masking, scale
+        lengths = _lengths(q.shape[0], k.shape[2], q.device)
+        call = decode.run(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse, lengths,
+                          None, None, None, masking, scale, 0, k.shape[2])
+        # (keys and the strides of k and v, launch state, lengths), replaced whole: threads may share the replay
+        self.last = (k.shape[2], k.stride(), v.stride()), call, lengths
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 lse: Optional[torch.Tensor]) -> None:
+        layout, call, lengths = self.last
+        if layout != (k.shape[2], k.stride(), v.stride()):
+            call = decode.plan(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
+                               None, None, None, self.masking, 0, k.shape[2])
+            lengths = _lengths(q.shape[0], k.shape[2], q.device)
+            self.last = (k.shape[2], k.stride(), v.stride()), call, lengths
+        # only addresses are read: the tensors serve as their transposed views
+        decode.start(call, q, k, v, out, lse, lengths, None, None, None, self.masking, self.scale)
 
 
 _length_tensors: dict[tuple, torch.Tensor] = {}
@@ -530,7 +545,10 @@ def call_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
         lse = _new_lse(q, True) if return_lse else None
         launched = _forward_into(q, k, v, out, lse, causal, scale, masks)
         if record is not None and launched is not None:
-            eager.remember(record, _inference_replay(launched))
+            replay = _inference_replay(launched)
+            eager.remember(record, replay)
+            if isinstance(launched, _DecodeReplay):
+                eager.remember_any_length(record, k, v, replay)
     elif out is not None:
         lse = torch.ops.portattn.attention_out(q, k, v, out, causal, scale, return_lse, *masks)
     else:

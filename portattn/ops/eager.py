@@ -18,6 +18,10 @@ from ..runtime.target import LANES_ENV
 # a training call's replay also records its backward); for ``attention_with_kvcache`` its own arguments.
 Replay = Callable[..., object]
 _replays: dict[tuple, Replay] = {}
+# Replays that serve their calls with keys of any length (the decode launches of ``attention`` and the SDPA route),
+# under ``any_length``'s key: a cache that grows by one key per generated token gives each step's first call a new
+# signature, which then takes one of these instead of the checked path.
+_any_length: dict[tuple, Replay] = {}
 
 
 # Whether torch.func's transforms (grad, vmap) wrap the tensors: their calls take the operators.
@@ -71,15 +75,38 @@ def settings() -> tuple:
     return OVERRIDES.get(), environ.get(LANES_ENV), environ.get(KERNEL_ENV)
 
 
+def in_kernel_layout(t: torch.Tensor) -> bool:
+    """Whether the kernels can use the 4-D ``t`` in place: unit stride along head_dim and 16-byte aligned rows."""
+    stride, shape, per_16_bytes = t.stride(), t.shape, 16 // t.element_size()
+    return (stride[3] == 1 and t.data_ptr() % 16 == 0 and (shape[0] == 1 or stride[0] % per_16_bytes == 0)
+            and (shape[1] == 1 or stride[1] % per_16_bytes == 0) and (shape[2] == 1 or stride[2] % per_16_bytes == 0))
+
+
+def any_length(key: tuple, k: torch.Tensor, v: torch.Tensor) -> Optional[tuple]:
+    """The key shared by the calls whose ``signature`` differs from ``key`` (of a call on ``k``, ``v``) only in the
+    length and strides of k and v; None when k and v are not both of one length of at least one key and in kernel
+    layout (read in place)."""
+    if k.shape[2] == 0 or v.shape[2] != k.shape[2] or not (in_kernel_layout(k) and in_kernel_layout(v)):
+        return None
+    return (key[0], k.shape[:2], k.shape[3], v.shape[:2], v.shape[3], key[3]) + key[6:]
+
+
 def replay(q: object, k: object, v: object, causal: object, scale: object, gqa: object, out: object = None,
            deterministic: object = None, options: tuple = ()) -> tuple[Optional[tuple], Optional[torch.Tensor]]:
     """``(key, out)``: the call's ``signature`` (None when it may not replay) and, when a call of that signature ran
-    before, its output on q, k, v, in ``out`` when given (else None: the caller takes the checked path and remembers
-    its launches under the key)."""
+    before (or a call that takes keys of any length, ``remember_any_length``, of its ``any_length`` key), its output
+    on q, k, v, in ``out`` when given (else None: the caller takes the checked path and remembers its launches under
+    the key)."""
     key = signature(q, k, v, causal, scale, gqa, out, deterministic, options)
     fn = lookup(key)
     if fn is None:
-        return key, None
+        if key is None or not _any_length:
+            return key, None
+        family = any_length(key, k, v)  # type: ignore[arg-type]
+        fn = None if family is None else _any_length.get(family)
+        if fn is None:
+            return key, None
+        remember(key, fn)
     if out is None:
         return key, fn(q, k, v, None)
     written(out)
@@ -101,3 +128,17 @@ def lookup(key: Optional[tuple]) -> Optional[Replay]:
 
 def remember(key: tuple, fn: Replay) -> None:
     loader.remember(_replays, key, fn)
+
+
+def remember_any_length(key: tuple, k: torch.Tensor, v: torch.Tensor, fn: Replay) -> None:
+    """Keep ``fn``, which serves the calls of ``key`` (on ``k``, ``v``) with keys of any length, for all of those
+    (``any_length``)."""
+    family = any_length(key, k, v)
+    if family is not None:
+        loader.remember(_any_length, family, fn)
+
+
+def forget() -> None:
+    """Drop every remembered launch: later calls take the checked path once again."""
+    _replays.clear()
+    _any_length.clear()

@@ -128,7 +128,8 @@ def test_long_and_short_splits_take_their_attend_kernels(gen, monkeypatch, on_ta
     launched = []
     compiled = decode.loader.kernel_function
     monkeypatch.setattr(decode.loader, "kernel_function", lambda spec, *a: launched.append(spec) or compiled(spec, *a))
-    monkeypatch.setattr(decode, "_plans", {})  # plan (and so load the kernels) afresh, not from earlier calls
+    monkeypatch.setattr(decode, "_calls", {})  # plan (and so load the kernels) afresh, not from earlier calls
+    monkeypatch.setattr(decode, "_shapes", {})
     monkeypatch.setattr(eager, "_replays", {})
     for splits, attend in ((1, plan.attend), (32, plan.short_attend)):  # 1000 keys; 32 keys (one tile) per split
         launched.clear()

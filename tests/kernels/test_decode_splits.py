@@ -68,8 +68,10 @@ def test_spreading_splits_are_keyed_by_dtype_head_dim_and_tile_rows(monkeypatch,
     monkeypatch.setattr(decode, "resident_blocks", lambda spec, target: 4)
     q = torch.empty(1, seqlen_q, heads_q, d, dtype=torch.bfloat16)
     cache = torch.empty(1, 4096, 1, d, dtype=torch.bfloat16)
+    sm90 = Target.for_arch("sm_90")
+    shape = decode._shape(q, cache, q, None, None, None, PLAIN, sm90)
     with pytest.raises(Planned) as planned:
-        decode._plan(q, cache, cache, q, None, None, None, PLAIN, 0, None, Target.for_arch("sm_90"))
+        decode._call(shape, q, cache, cache, None, PLAIN, 0, None, sm90)
     assert planned.value.args == (spread,)
 
 

@@ -72,6 +72,38 @@ def test_patched_sdpa_replays_and_counts(gen):
     assert eager.signature(q, k, v, False, None, False) in eager._replays
 
 
+@pytest.mark.parametrize("nq", [1, 3])
+def test_a_growing_cache_replays_across_key_lengths(gen, monkeypatch, nq):
+    """Decode calls over a cache that grows (a new key length each call, as when generating with a cache that is
+    concatenated every token), through the SDPA patch, the cache contiguous or seen through a [batch, seq, heads, dim]
+    view (also at a length seen before): after the first call none takes the checked path, calls share their decode
+    launches where the split count is the same, and each result matches float64 on its own inputs (lengths crossing
+    split counts, one a whole key tile and one not)."""
+    from portattn.kernels import decode
+    from portattn.ops import attention as ops
+
+    checked = []
+    real = ops.call_sdpa
+    monkeypatch.setattr(ops, "call_sdpa", lambda *args: checked.append(args[1].shape[2]) or real(*args))
+    monkeypatch.setattr(eager, "_replays", {})
+    monkeypatch.setattr(eager, "_any_length", {})
+    monkeypatch.setattr(decode, "_calls", {})
+    monkeypatch.setattr(decode, "_shapes", {})
+    lengths = (300, 301, 301, 302, 1000, 4096, 4097, 20000, 300)
+    with portattn.patch_sdpa() as stats:
+        for i, keys in enumerate(lengths):
+            q = rand(gen, torch.float16, 2, 8, nq, 128)
+            k, v = rand(gen, torch.float16, 2, 2, keys, 128), rand(gen, torch.float16, 2, 2, keys, 128)
+            if i % 2:  # [batch, seq, heads, dim] tensors
+                k, v = k.transpose(1, 2).contiguous().transpose(1, 2), v.transpose(1, 2).contiguous().transpose(1, 2)
+            torch.full_like(q, float("nan"))  # freed at once: the output reuses the block
+            out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            assert relative_error(out, reference_attention(q, k, v, False)[0]) <= TOL[torch.float16], keys
+    assert checked == [300] and stats.portattn == len(lengths)
+    (shape,) = decode._shapes.values()
+    assert len({id(c.launches) for c in decode._calls.values()}) == len(shape.launches) < len(set(lengths))
+
+
 def test_calls_that_differ_do_not_replay(gen):
     q, k, v = (rand(gen, torch.float16, 1, 2, 64, 64) for _ in range(3))
     portattn.attention(q, k, v, causal=True)

@@ -153,6 +153,33 @@ def test_training_calls_have_signatures_of_their_own(remembered):
     assert seen == [None, None]
 
 
+def test_calls_with_keys_of_any_length_take_a_replay_kept_for_them(monkeypatch):
+    """A replay kept for every key length of its calls (the decode launches) serves a call whose only difference is
+    the length and strides of k and v (a cache grown by a key, or seen through a [batch, seq, heads, dim] view) and is
+    then remembered under that call's own signature; a call whose k and v differ in length, or are not read in place
+    (unaligned rows), or differs in anything else, takes the checked path (which raises for CPU tensors)."""
+    monkeypatch.setattr(eager, "_replays", {})
+    monkeypatch.setattr(eager, "_any_length", {})
+    q, k, v = torch.randn(1, 4, 1, 64), torch.randn(1, 2, 300, 64), torch.randn(1, 2, 300, 64)
+    key = eager.signature(q, k, v, False, None, True)
+    eager.remember_any_length(key, k, v, stand_in)
+    for keys in (301, 1, 4096):
+        grown = torch.randn(1, 2, keys, 64)
+        assert torch.equal(portattn.attention(q, grown, grown.clone()), q + 1)
+        assert eager.signature(q, grown, grown, False, None, True) in eager._replays
+    bshd = torch.randn(1, 77, 2, 64).transpose(1, 2)
+    with portattn.patch_sdpa() as stats:
+        assert torch.equal(F.scaled_dot_product_attention(q, bshd, bshd, enable_gqa=True), q + 1)
+    assert stats.portattn == 1
+    unaligned = torch.randn(1, 2, 300, 65)[..., :64]  # rows 65 elements apart
+    for other in (lambda: portattn.attention(q, k, v[:, :, :299]), lambda: portattn.attention(q, unaligned, v),
+                  lambda: portattn.attention(q, k, v, causal=True), lambda: portattn.attention(q, k[:, :1], v[:, :1]),
+                  lambda: portattn.attention(q, k.double(), v)):
+        with pytest.raises((ValueError, TypeError)):
+            other()
+    assert eager.any_length(key, k[:, :, :0], v[:, :, :0]) is None
+
+
 def test_kvcache_replays_a_remembered_call(monkeypatch):
     """attention_with_kvcache serves a call of a remembered signature from its replay (here a stand-in), and takes
     the checked path (which refuses CPU tensors) for calls the replay does not cover."""
