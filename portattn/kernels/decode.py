@@ -342,17 +342,17 @@ def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torc
     validated, in kernel layouts (unit stride along the head dim, 16-byte aligned rows), ``scale >= 0``;
     ``cache_seqlens`` (and ``cache_batch_idx``, ``cache_leftpad``) are int32 on the device; ``masking`` is aligned
     bottom-right and has no mask tensor or variable lengths; ``max_keys`` bounds the keys of any sequence when the
-    caller knows it. The launch state of a call signature is made once (``plan``); it is returned, so that a caller
+    caller knows it. The launch state of a call signature is made once (``prepare``); it is returned, so that a caller
     can ``start`` it again on tensors of the same signature."""
-    call = plan(q, k_cache, v_cache, out, lse, k_new, v_new, block_table, masking, num_splits, max_keys)
+    call = prepare(q, k_cache, v_cache, out, lse, k_new, v_new, block_table, masking, num_splits, max_keys)
     start(call, q, k_cache, v_cache, out, lse, cache_seqlens, k_new, v_new, block_table, masking, scale,
           cache_batch_idx, cache_leftpad)
     return call
 
 
-def plan(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
-         k_new: torch.Tensor | None, v_new: torch.Tensor | None, block_table: torch.Tensor | None, masking: Masking,
-         num_splits: int, max_keys: int | None) -> DecodeCall:
+def prepare(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
+            lse: torch.Tensor | None, k_new: torch.Tensor | None, v_new: torch.Tensor | None,
+            block_table: torch.Tensor | None, masking: Masking, num_splits: int, max_keys: int | None) -> DecodeCall:
     """The launch state of ``run``'s call signature, made on its first call."""
     target = launch_target(q.device)
     key = (target, q.device.index, q.dtype, q.shape, q.stride(), k_cache.shape, k_cache.stride(), v_cache.stride(),
@@ -376,7 +376,7 @@ def start(call: DecodeCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
           lse: torch.Tensor | None, cache_seqlens: torch.Tensor, k_new: torch.Tensor | None,
           v_new: torch.Tensor | None, block_table: torch.Tensor | None, masking: Masking, scale: float,
           cache_batch_idx: torch.Tensor | None = None, cache_leftpad: torch.Tensor | None = None) -> None:
-    """Launch ``call`` (from ``plan``) on tensors of its signature (only their addresses are read)."""
+    """Launch ``call`` (from ``prepare``) on tensors of its signature (only their addresses are read)."""
     launches, sizes = call.launches, call.sizes
     stream = current_stream(q.device)
     fields = dict(call.fields, q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=out.data_ptr(),

@@ -131,7 +131,7 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
 class _DecodeReplay:
     """The decode launches of a call (launched on creation) and of the calls of its signature with keys of any length
     and strides (in kernel layout): a new one (a cache that grows by one key per generated token) takes the launch
-    state of its split count (``decode.plan``) and a lengths tensor of its own, kept for the calls that follow."""
+    state of its split count (``decode.prepare``) and a lengths tensor of its own, kept for the calls that follow."""
 
     __slots__ = ("masking", "scale", "last")
 
@@ -148,8 +148,8 @@ class _DecodeReplay:
                  lse: Optional[torch.Tensor]) -> None:
         layout, call, lengths = self.last
         if layout != (k.shape[2], k.stride(), v.stride()):
-            call = decode.plan(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
-                               None, None, None, self.masking, 0, k.shape[2])
+            call = decode.prepare(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
+                                  None, None, None, self.masking, 0, k.shape[2])
             lengths = _lengths(q.shape[0], k.shape[2], q.device)
             self.last = (k.shape[2], k.stride(), v.stride()), call, lengths
         # only addresses are read: the tensors serve as their transposed views
