@@ -131,29 +131,28 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
 class _DecodeReplay:
     """The decode launches of a call (launched on creation) and of the calls of its signature with keys of any length
     and strides (in kernel layout): a new one (a cache that grows by one key per generated token) takes the launch
-    state of its split count (``decode.prepare``) and a lengths tensor of its own, kept for the calls that follow."""
+    state of its split count (``decode.prepare``), kept for the calls that follow."""
 
     __slots__ = ("masking", "scale", "last")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: Optional[torch.Tensor], masking: Masking, scale: float) -> None:
         self.masking, self.scale = masking, scale
-        lengths = _lengths(q.shape[0], k.shape[2], q.device)
-        call = decode.run(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse, lengths,
-                          None, None, None, masking, scale, 0, k.shape[2])
-        # (keys and the strides of k and v, launch state, lengths), replaced whole: threads may share the replay
-        self.last = (k.shape[2], k.stride(), v.stride()), call, lengths
+        call = decode.run(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
+                          _lengths(q.shape[0], k.shape[2], q.device), None, None, None, masking, scale, 0, k.shape[2])
+        # (keys and the strides of k and v, launch state), replaced whole: threads may share the replay
+        self.last = (k.shape[2], k.stride(), v.stride()), call
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: Optional[torch.Tensor]) -> None:
-        layout, call, lengths = self.last
+        layout, call = self.last
         if layout != (k.shape[2], k.stride(), v.stride()):
             call = decode.prepare(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
                                   None, None, None, self.masking, 0, k.shape[2])
-            lengths = _lengths(q.shape[0], k.shape[2], q.device)
-            self.last = (k.shape[2], k.stride(), v.stride()), call, lengths
+            self.last = (k.shape[2], k.stride(), v.stride()), call
         # only addresses are read: the tensors serve as their transposed views
-        decode.start(call, q, k, v, out, lse, lengths, None, None, None, self.masking, self.scale)
+        decode.start(call, q, k, v, out, lse, _lengths(q.shape[0], k.shape[2], q.device), None, None, None,
+                     self.masking, self.scale)
 
 
 _length_tensors: dict[tuple, torch.Tensor] = {}
@@ -161,11 +160,14 @@ _length_tensors: dict[tuple, torch.Tensor] = {}
 
 def _lengths(batch: int, keys: int, device: torch.device) -> torch.Tensor:
     """int32 [batch] filled with ``keys`` on ``device``, kept for the calls of that shape (a bounded store: a cache
-    that grows by one key per generated token makes a new one every call)."""
+    that grows by one key per generated token makes a new one every call). One made while a CUDA graph is captured
+    is the graph's own (its fill runs when the graph is replayed: kept, later calls would read it unfilled)."""
     key = (batch, keys, device)
     t = _length_tensors.get(key)
     if t is None:
-        t = loader.remember(_length_tensors, key, torch.full((batch,), keys, dtype=torch.int32, device=device))
+        t = torch.full((batch,), keys, dtype=torch.int32, device=device)
+        if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            loader.remember(_length_tensors, key, t)
     return t
 
 

@@ -104,6 +104,30 @@ def test_a_growing_cache_replays_across_key_lengths(gen, monkeypatch, nq):
     assert len({id(c.launches) for c in decode._calls.values()}) == len(shape.launches) < len(set(lengths))
 
 
+def test_a_key_length_first_seen_in_a_graph_capture(gen):
+    """A decode-shaped call whose key length is first seen while a CUDA graph is captured (replaying the launches of
+    another length): eager calls of that length made before the graph is replayed, and after, match float64, and so
+    does the graph's output (the captured call's lengths tensor is the graph's own, filled when it replays)."""
+    q = rand(gen, torch.float16, 2, 8, 1, 128)
+    k, v = rand(gen, torch.float16, 2, 2, 777, 128), rand(gen, torch.float16, 2, 2, 777, 128)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        portattn.attention(q, k[:, :, :501], v[:, :, :501])  # the kernels, loaded; launches for any key length kept
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = portattn.attention(q, k, v)
+    ref = reference_attention(q, k, v, False)[0]
+    for _ in range(2):
+        torch.full_like(q, float("nan"))
+        assert relative_error(portattn.attention(q, k, v), ref) <= TOL[torch.float16]
+    static.fill_(float("nan"))
+    graph.replay()
+    assert relative_error(static, ref) <= TOL[torch.float16]
+    assert relative_error(portattn.attention(q, k, v), ref) <= TOL[torch.float16]
+
+
 def test_calls_that_differ_do_not_replay(gen):
     q, k, v = (rand(gen, torch.float16, 1, 2, 64, 64) for _ in range(3))
     portattn.attention(q, k, v, causal=True)
