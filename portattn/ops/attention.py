@@ -37,13 +37,13 @@ from ..kernels.masking import CAUSAL, PLAIN, Masking, window_bounds
 from ..kernels.variant import OVERRIDES, allocation, forced_kernel, launch_target, new_from
 from ..runtime import loader
 from . import eager
-from .eager import in_kernel_layout as _in_kernel_layout
+from .eager import in_kernel_layout
 from .support import gpu_problem, mask_4d, mask_problem, options_problem, qkv_problem, sdpa_problem
 
 
 def _kernel_layout(t: torch.Tensor) -> torch.Tensor:
     """``t`` itself when the kernels can read it in place, else a fresh contiguous copy."""
-    return t if _in_kernel_layout(t) else torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
+    return t if in_kernel_layout(t) else torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _lse_shape(q: torch.Tensor) -> tuple[int, ...]:
@@ -110,7 +110,7 @@ def _forward_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     if scale < 0:  # the kernels take scale >= 0: softmax((q k^T) scale) = softmax(((-q) k^T) (-scale))
         q, scale = -q, -scale
     # The kernels store pairs of elements: an output with unaligned rows is written through a temporary.
-    dest = out if _in_kernel_layout(_as_4d(out)) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
+    dest = out if in_kernel_layout(_as_4d(out)) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
     q, k, v = _kernel_layout(q), _kernel_layout(k), _kernel_layout(v)
     if (decode.takes(masking) and q.shape[2] <= decode.MAX_QUERIES and forced_kernel() is None
             and decode.serves(launch_target(q.device), q.dtype, q.shape[3])):  # a few query rows: decoding
@@ -138,10 +138,9 @@ class _DecodeReplay:
     def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: Optional[torch.Tensor], masking: Masking, scale: float) -> None:
         self.masking, self.scale = masking, scale
-        call = decode.run(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
-                          _lengths(q.shape[0], k.shape[2], q.device), None, None, None, masking, scale, 0, k.shape[2])
         # (keys and the strides of k and v, launch state), replaced whole: threads may share the replay
-        self.last = (k.shape[2], k.stride(), v.stride()), call
+        self.last: tuple = (None, None)
+        self(q, k, v, out, lse)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: Optional[torch.Tensor]) -> None:

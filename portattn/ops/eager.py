@@ -54,6 +54,7 @@ def signature(q: object, k: object, v: object, causal: object, scale: object, gq
     if type(causal) is not bool or not (scale is None or type(scale) is float) or not plain((q, k, v), (q, k, v),
                                                                                           training=True):
         return None
+    # any_length replaces entries 1, 2, 4 and 5 (k's and v's shapes and strides)
     key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
            k.device, v.device, causal, scale, gqa, options, *settings())
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):

@@ -25,7 +25,8 @@ from ..kernels import decode
 from ..kernels.masking import Masking, window_bounds
 from ..kernels.variant import HEAD_DIMS
 from . import eager
-from .attention import _in_kernel_layout, _kernel_layout
+from .attention import _kernel_layout
+from .eager import in_kernel_layout
 from .support import SUPPORTED_DTYPES, mask_problem, options_problem
 
 PAGE_MULTIPLE = 16
@@ -74,7 +75,7 @@ def _launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     inputs = q, k, v
     if scale < 0:  # the kernels take scale >= 0
         q, scale = -q, -scale
-    dest = out if _in_kernel_layout(out) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
+    dest = out if in_kernel_layout(out) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
     left, right = window_bounds(causal, (window_left, window_right))
     masking = Masking(left, right, True, softcap, alibi_slopes)
     q, k, v = _kernel_layout(q), None if k is None else _kernel_layout(k), None if v is None else _kernel_layout(v)
@@ -176,7 +177,7 @@ def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k
     if heads_kv == 0 or heads_q % heads_kv:
         raise ValueError(f"q's heads ({heads_q}) must be a multiple of the cache's heads ({heads_kv})")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.numel() and not _in_kernel_layout(t):
+        if t.numel() and not in_kernel_layout(t):
             raise ValueError(f"{name} must have unit stride along head_dim and 16-byte aligned rows (it is written "
                              "in place, so it cannot be copied)")
     cache_rows = None if cache_batch_idx is None else _check_index("cache_batch_idx", cache_batch_idx, batch,
