@@ -7,9 +7,10 @@ runs the operator without them (``PORTATTN_LANES=64`` selects the wave64 emulati
 """
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import torch
 
@@ -17,6 +18,8 @@ from ..kernels.variant import OVERRIDES, KernelSpec
 from ..runtime.target import Target
 
 KERNELS = ("mma", "simt")  # the implementations every family has
+FULL_MATRIX_ENV = "PORTATTN_FULL_MATRIX"
+Spec = TypeVar("Spec", bound=KernelSpec)
 
 
 @contextmanager
@@ -68,3 +71,24 @@ def capture_graph(fn: Callable[[], Any]) -> tuple[torch.cuda.CUDAGraph, Any]:
     with torch.cuda.graph(graph):
         result = fn()
     return graph, result
+
+
+def full_matrix() -> bool:
+    """Whether compile checks take every shipped variant (``PORTATTN_FULL_MATRIX=1``) or a sample of them."""
+    return os.environ.get(FULL_MATRIX_ENV) == "1"
+
+
+def compile_sample(specs: Sequence[Spec], rotation: int = 0, by_dtype: bool = True) -> list[Spec]:
+    """The variants of ``specs`` that a routine test run compiles, in their order: every variant with
+    ``PORTATTN_FULL_MATRIX=1``, else one per kernel function (and dtype, with ``by_dtype``).
+
+    The one is counted from the end of its group in ``specs``' order, where the largest head dim and the extended
+    masks (the most registers and shared memory) come last: rotation 0 takes the last, rotation r the (3r+1)-th
+    from the end, so that callers with different rotations cover different head dims and tiles."""
+    if full_matrix():
+        return list(specs)
+    groups: dict[tuple[str, str], list[Spec]] = {}
+    for spec in specs:
+        groups.setdefault((spec.function, spec.dtype if by_dtype else ""), []).append(spec)
+    picked = {id(group[(-1 - 3 * rotation) % len(group)]) for group in groups.values()}
+    return [spec for spec in specs if id(spec) in picked]

@@ -1,6 +1,12 @@
-"""Every shipped kernel variant (``portattn.kernels.shipped_variants``: every family) compiles from src_hip/ with every
-ROCm hiprtc toolchain present, for every AMD target whose processor that toolchain's compiler knows, and fits the
+"""Shipped kernel variants (``portattn.kernels.shipped_variants``: every family) compile from src_hip/ with every
+ROCm hiprtc toolchain present, for every AMD target whose processor that toolchain's compiler knows, and fit the
 hardware.
+
+Which variants: with ``PORTATTN_FULL_MATRIX=1`` every one, for every (toolchain, target); otherwise
+``portattn.tools.testing.compile_sample``: on gfx90a (the baseline target) one variant per kernel function and
+dtype, elsewhere one per kernel function; the first toolchain that knows a target takes the largest head dim with
+extended masks of each, the others other ones. One hiprtc compile takes seconds on a two-core machine, so the full
+matrix (about 1900 compiles) takes hours there.
 
 Toolchains: this machine's ROCm and the chroot toolchains of scripts/install-rocm-chroots.sh (root only). Per
 (toolchain, target, variant), from the code object's metadata: the target's wave size, no scratch and no VGPR spills,
@@ -40,6 +46,7 @@ from portattn.runtime.sources import source_dir
 from portattn.runtime.target import KNOWN_ARCHS, WAVE_SLOTS, Target
 from portattn.runtime.toolchains import Toolchain, all_toolchains
 from portattn.tools.fragments import INSTRUCTIONS
+from portattn.tools.testing import compile_sample
 
 REQUIRE = os.environ.get("PORTATTN_REQUIRE_AMD") == "1"
 JOBS = 2  # compiles at a time (CI has two cores)
@@ -69,8 +76,13 @@ if _REASON and REQUIRE:
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 TOOLCHAINS: list[Toolchain] = [t for t in all_toolchains() if t.missing() is None] if _REASON is None else []
+BASELINE = "gfx90a"  # the oldest target portattn is made for: sampled per kernel function and dtype
 MATRIX = [(tc, arch) for tc in TOOLCHAINS for arch in AMD_ARCHS if arch in tc.supported_archs()]
-VARIANTS = [(tc, arch, spec) for tc, arch in MATRIX for spec in shipped_variants(Target.for_arch(arch))]
+# rotation: the toolchain's place among those that know the target (0, the largest tiles, for the first)
+SAMPLES = {(tc, arch): compile_sample(shipped_variants(Target.for_arch(arch)),
+                                      [t for t, a in MATRIX if a == arch].index(tc), by_dtype=arch == BASELINE)
+           for tc, arch in MATRIX}
+VARIANTS = [(tc, arch, spec) for tc, arch in MATRIX for spec in SAMPLES[tc, arch]]
 
 
 def min_waves_per_simd(spec, target: Target) -> int:
@@ -117,9 +129,10 @@ def cache(tmp_path_factory):
 
 @functools.lru_cache(maxsize=None)
 def _built(tc: Toolchain, arch: str, cache_dir: str) -> dict[object, CompiledKernel | Exception]:
-    """Every variant and probe of ``arch`` compiled with ``tc`` (once per module, JOBS at a time)."""
+    """The variants of ``arch`` sampled for ``tc``, and the probes, compiled with ``tc`` (once per module, JOBS at a
+    time)."""
     target = Target.for_arch(arch)
-    specs = [*shipped_variants(target), prelude_probe(target)]
+    specs = [*SAMPLES[tc, arch], prelude_probe(target)]
     if target.lanes == 64 and target.family != "cdna1":  # gfx908 has no bf16_1k MFMA, which the probe exercises
         specs.append(mfma_probe(target, next(iter(INSTRUCTIONS))))
     results = compile_many(specs, target, DiskCache(cache_dir), tc, jobs=JOBS)
@@ -127,7 +140,10 @@ def _built(tc: Toolchain, arch: str, cache_dir: str) -> dict[object, CompiledKer
 
 
 def built(tc: Toolchain, arch: str, spec, cache: DiskCache) -> CompiledKernel:
-    result = _built(tc, arch, str(cache.directory))[spec]
+    """``spec`` compiled with ``tc`` for ``arch``: from the module's batch, or on its own when not in it."""
+    result = _built(tc, arch, str(cache.directory)).get(spec)
+    if result is None:
+        return compile_kernel(spec, Target.for_arch(arch), cache, tc)
     if isinstance(result, Exception):
         raise result
     return result
@@ -241,10 +257,11 @@ BF16_NATIVE = [(tc, arch) for tc, arch in MATRIX if arch == "gfx950"]
 def test_bfloat16_uses_the_compilers_type_on_gfx950(tc, arch, cache):
     """Where the compiler has a bf16 type (every compiler that knows gfx950), the prelude converts through it:
     gfx950's packed float -> bf16 conversion instruction appears in the bfloat16 matrix-unit variants (all but the
-    decode's append kernel, which copies bf16 values without converting them)."""
+    decode's append kernel, which copies bf16 values without converting them; one per kernel function unless
+    PORTATTN_FULL_MATRIX=1)."""
     target = Target.for_arch(arch)
-    specs = [s for s in shipped_variants(target) if s.kernel == "mma" and s.dtype == "bfloat16"
-             and not (isinstance(s, DecodeSpec) and s.stage == "append")]
+    specs = compile_sample([s for s in shipped_variants(target) if s.kernel == "mma" and s.dtype == "bfloat16"
+                            and not (isinstance(s, DecodeSpec) and s.stage == "append")], TOOLCHAINS.index(tc))
     assert specs
     for spec in specs:
         text = tc.disassemble(built(tc, arch, spec, cache).binary, arch)

@@ -1,5 +1,8 @@
-"""NVRTC builds of every shipped variant (no spills, cubin records, Hopper warpgroup MMA, wave64 emulation) and of the
-probe kernels, and compile errors (no GPU needed)."""
+"""NVRTC builds of the shipped variants (no spills, cubin records, Hopper warpgroup MMA, wave64 emulation) and of the
+probe kernels, and compile errors (no GPU needed).
+
+The variants: one per kernel function and dtype (``portattn.tools.testing.compile_sample``; the largest head dim
+with extended masks for sm_80 and sm_90, others for the emulation), every one with ``PORTATTN_FULL_MATRIX=1``."""
 
 import os
 import shutil
@@ -14,6 +17,7 @@ from portattn.runtime.cache import DiskCache
 from portattn.runtime.compiler import clear_memory_cache, compile_kernel, compile_many
 from portattn.runtime.resources import nvidia_blocks_per_sm
 from portattn.runtime.target import Target
+from portattn.tools.testing import compile_sample
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is not installed")
 
@@ -29,15 +33,15 @@ def cache(tmp_path):
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
-    """``builds(target)``: every shipped variant of ``target`` with its kernel, compiled once for this module, as many
-    at a time as there are CPUs, into a cache of its own (nothing comes from an earlier build)."""
+    """``builds(target)``: the sampled variants of ``target`` with their kernels, compiled once for this module, as
+    many at a time as there are CPUs, into a cache of its own (nothing comes from an earlier build)."""
     cache = DiskCache(tmp_path_factory.mktemp("builds") / "cache")
     built = {}
 
     def build(target):
         if target not in built:
             clear_memory_cache()
-            specs = shipped_variants(target)
+            specs = compile_sample(shipped_variants(target), rotation=1 if target.emulated else 0)
             kernels = compile_many(specs, target, cache, jobs=os.cpu_count() or 1)
             for spec, kernel in zip(specs, kernels):
                 if isinstance(kernel, Exception):
@@ -53,7 +57,7 @@ def builds(tmp_path_factory):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_variant_compiles_without_spills(arch, builds):
     target = Target.for_arch(arch)
-    assert {s.head_dim for s, _ in builds(target)} == {32, 64, 96, 128, 256}
+    assert {s.head_dim for s in shipped_variants(target)} == {32, 64, 96, 128, 256}
     for spec, k in builds(target):
         res = k.resources
         assert k.binary[:4] == b"\x7fELF", "NVRTC must give a cubin, not PTX"
@@ -75,11 +79,13 @@ def test_hopper_variants_use_warpgroup_mma(builds):
     """float16 / bfloat16 at d = 64, 96, 128 and 256 and float32 at d = 64 and 128 run the warpgroup MMA on sm_90:
     built for sm_90a, and ptxas keeps the asynchronous matrix instructions in flight (it reports where it has to
     serialize them)."""
-    hopper = [(s, k) for s, k in builds(Target.for_arch("sm_90")) if s.tile.warpgroup_mma]
+    hopper = Target.for_arch("sm_90")
     expected = {(dt, d) for dt in ("float16", "bfloat16") for d in (64, 96, 128, 256)}
     expected |= {("float32", 64), ("float32", 128)}
-    assert {(s.dtype, s.head_dim) for s, _ in hopper} == expected
-    for spec, kernel in hopper:
+    assert {(s.dtype, s.head_dim) for s in shipped_variants(hopper) if s.tile.warpgroup_mma} == expected
+    built = [(s, k) for s, k in builds(hopper) if s.tile.warpgroup_mma]
+    assert {s.dtype for s, _ in built} == {"float16", "bfloat16", "float32"}
+    for spec, kernel in built:
         assert spec.defines["PA_MMA_WGMMA"] == 1 and spec.tile.threads % 128 == 0
         assert kernel.arch == "sm_90a"
         assert "Potential Performance Loss" not in kernel.log, kernel.log
@@ -87,7 +93,7 @@ def test_hopper_variants_use_warpgroup_mma(builds):
 
 
 def test_wave64_emulation_variants_compile(builds, cache):
-    """The emulated 64-lane (gfx90a mapping) builds of every variant, and the prelude probe at both lane counts."""
+    """The emulated 64-lane (gfx90a mapping) builds of the variants, and the prelude probe at both lane counts."""
     native = Target.for_arch("sm_90")
     target = native.with_lanes(64)
     for spec, kernel in builds(target):  # a verification build: its speed (and spills) do not matter

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import portattn.tools.plot
+import portattn.tools.report
 from portattn.kernels import shipped_variants
 from portattn.kernels.backward import BwdSpec
 from portattn.kernels.forward import select
@@ -13,6 +14,7 @@ from portattn.runtime.compiler import clear_memory_cache
 from portattn.runtime.target import Target
 from portattn.tools.bench import BenchRow
 from portattn.tools.cli import main
+from portattn.tools.testing import compile_sample
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -92,9 +94,12 @@ def cache_dir(tmp_path, monkeypatch):
     clear_memory_cache()
 
 
-def test_warmup_named_arch(cache_dir, capsys):
+def test_warmup_named_arch(cache_dir, capsys, monkeypatch):
+    """Warmup compiles what the report lists (here a sample of the variants, which keeps the test short) into the
+    disk cache, and a second warmup reads them back."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is not installed")
-    specs = shipped_variants(Target.for_arch("sm_90"))
+    specs = compile_sample(shipped_variants(Target.for_arch("sm_90")), rotation=2)
+    monkeypatch.setattr(portattn.tools.report, "shipped_variants", lambda target: specs)
     total = len(specs)
     assert main(["warmup", "--arch", "sm_90"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
