@@ -2,10 +2,8 @@
 ROCm hiprtc toolchain present, for every AMD target whose processor that toolchain's compiler knows, and fit the
 hardware.
 
-Which variants: with ``PORTATTN_FULL_MATRIX=1`` every one, for every (toolchain, target); otherwise
-``portattn.tools.testing.compile_sample``: on gfx90a (the baseline target) one variant per kernel function and
-dtype, elsewhere one per kernel function; the first toolchain that knows a target takes the largest head dim with
-extended masks of each, the others other ones. One hiprtc compile takes seconds on a two-core machine, so the full
+Which variants: with ``PORTATTN_FULL_MATRIX=1`` every one, for every (toolchain, target); otherwise the sample of
+``_sample`` (about 80 variants and every probe). One hiprtc compile takes 1-30 s on a two-core machine, so the full
 matrix (about 1900 compiles) takes hours there.
 
 Toolchains: this machine's ROCm and the chroot toolchains of scripts/install-rocm-chroots.sh (root only). Per
@@ -46,7 +44,7 @@ from portattn.runtime.sources import source_dir
 from portattn.runtime.target import KNOWN_ARCHS, WAVE_SLOTS, Target
 from portattn.runtime.toolchains import Toolchain, all_toolchains
 from portattn.tools.fragments import INSTRUCTIONS
-from portattn.tools.testing import compile_sample
+from portattn.tools.testing import compile_sample, full_matrix
 
 REQUIRE = os.environ.get("PORTATTN_REQUIRE_AMD") == "1"
 JOBS = 2  # compiles at a time (CI has two cores)
@@ -76,12 +74,25 @@ if _REASON and REQUIRE:
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 TOOLCHAINS: list[Toolchain] = [t for t in all_toolchains() if t.missing() is None] if _REASON is None else []
-BASELINE = "gfx90a"  # the oldest target portattn is made for: sampled per kernel function and dtype
+BASELINE = "gfx90a"  # the oldest target portattn is made for
 MATRIX = [(tc, arch) for tc in TOOLCHAINS for arch in AMD_ARCHS if arch in tc.supported_archs()]
-# rotation: the toolchain's place among those that know the target (0, the largest tiles, for the first)
-SAMPLES = {(tc, arch): compile_sample(shipped_variants(Target.for_arch(arch)),
-                                      [t for t, a in MATRIX if a == arch].index(tc), by_dtype=arch == BASELINE)
-           for tc, arch in MATRIX}
+
+
+def _sample(tc: Toolchain, arch: str) -> list:
+    """The variants compiled for (tc, arch) unless PORTATTN_FULL_MATRIX=1: on the baseline target one per kernel
+    function and dtype with the first toolchain that knows it (the largest tiles), one per kernel function (other
+    tiles) with the others; on the other targets one per kernel function (the largest tiles) with the first toolchain
+    that knows them, and none (the probes only) with the others."""
+    specs = shipped_variants(Target.for_arch(arch))
+    if full_matrix():
+        return specs
+    place = [t for t, a in MATRIX if a == arch].index(tc)
+    if arch == BASELINE:
+        return compile_sample(specs, place, by_dtype=place == 0)
+    return compile_sample(specs, 0, by_dtype=False) if place == 0 else []
+
+
+SAMPLES = {(tc, arch): _sample(tc, arch) for tc, arch in MATRIX}
 VARIANTS = [(tc, arch, spec) for tc, arch in MATRIX for spec in SAMPLES[tc, arch]]
 
 
@@ -261,7 +272,7 @@ def test_bfloat16_uses_the_compilers_type_on_gfx950(tc, arch, cache):
     PORTATTN_FULL_MATRIX=1)."""
     target = Target.for_arch(arch)
     specs = compile_sample([s for s in shipped_variants(target) if s.kernel == "mma" and s.dtype == "bfloat16"
-                            and not (isinstance(s, DecodeSpec) and s.stage == "append")], TOOLCHAINS.index(tc))
+                            and not (isinstance(s, DecodeSpec) and s.stage == "append")])
     assert specs
     for spec in specs:
         text = tc.disassemble(built(tc, arch, spec, cache).binary, arch)

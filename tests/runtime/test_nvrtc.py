@@ -1,8 +1,9 @@
 """NVRTC builds of the shipped variants (no spills, cubin records, Hopper warpgroup MMA, wave64 emulation) and of the
 probe kernels, and compile errors (no GPU needed).
 
-The variants: one per kernel function and dtype (``portattn.tools.testing.compile_sample``; the largest head dim
-with extended masks for sm_80 and sm_90, others for the emulation), every one with ``PORTATTN_FULL_MATRIX=1``."""
+The variants (``portattn.tools.testing.compile_sample``): for sm_80 one per kernel function and dtype, for sm_90
+and the emulation one per kernel function (the largest head dim with extended masks, other ones for the
+emulation); every one with ``PORTATTN_FULL_MATRIX=1``."""
 
 import os
 import shutil
@@ -41,7 +42,10 @@ def builds(tmp_path_factory):
     def build(target):
         if target not in built:
             clear_memory_cache()
-            specs = compile_sample(shipped_variants(target), rotation=1 if target.emulated else 0)
+            # sm_80 (compiled here only) per kernel function and dtype, sm_90 and the emulation (also compiled by the
+            # GPU tests) per kernel function
+            specs = compile_sample(shipped_variants(target), rotation=1 if target.emulated else 0,
+                                   by_dtype=target.arch == "sm_80")
             kernels = compile_many(specs, target, cache, jobs=os.cpu_count() or 1)
             for spec, kernel in zip(specs, kernels):
                 if isinstance(kernel, Exception):
@@ -84,7 +88,7 @@ def test_hopper_variants_use_warpgroup_mma(builds):
     expected |= {("float32", 64), ("float32", 128)}
     assert {(s.dtype, s.head_dim) for s in shipped_variants(hopper) if s.tile.warpgroup_mma} == expected
     built = [(s, k) for s, k in builds(hopper) if s.tile.warpgroup_mma]
-    assert {s.dtype for s, _ in built} == {"float16", "bfloat16", "float32"}
+    assert built
     for spec, kernel in built:
         assert spec.defines["PA_MMA_WGMMA"] == 1 and spec.tile.threads % 128 == 0
         assert kernel.arch == "sm_90a"
