@@ -10,16 +10,18 @@
 // The copying warpgroups give most of their registers to the others. The computing warpgroups take 64 query rows each
 // on the warpgroup MMA (pa_tile.cuh), as the matrix-unit kernel does: Q·K^T of tile t and P·V of tile t - 1 are issued
 // together and the softmax of tile t overlaps P·V. Two computing warpgroups take turns issuing their products (two
-// named barriers), so that one's softmax runs while the other's products have the unit. Masks: none or causal (the
-// plain build, pa_mask.cuh); with PA_MASK_EXT (built without the score modifiers, PA_SCORE_MOD 0) also windows and
-// packed sequences. The maps read past the tensors' ends as zeros, past a packed sequence's end the next sequence's
-// rows: the softmax masks those keys, and their V rows are zeroed before P·V (whatever they hold, NaN included, adds
-// nothing); query rows past a sequence's end are not stored.
-// With PA_STORE_O_BULK (16-bit, two Q buffers) a computing warpgroup writes its normalized output rows into its rows
-// of the job's Q buffer (matrix stores) and one of its threads stores them with bulk tensor copies, which clip the
-// rows past the end; that thread releases the buffer once the copies have read it, after the next job's first
-// Q·K^T, so the stores run behind the next job's first products. (The maps clip rows only at the packed tensors' end:
-// the threads store a packed sequence's last rows from the buffer themselves.)
+// named barriers), so that one's softmax runs while the other's products have the unit. A warpgroup computes only the
+// key tiles its own rows see: under a causal mask the first warpgroups skip the job's last tiles, above their rows'
+// diagonal (they only release those buffers), and the second of two then takes its remaining turns alone. Masks: none
+// or causal (the plain build, pa_mask.cuh); with PA_MASK_EXT (built without the score modifiers, PA_SCORE_MOD 0) also
+// windows and packed sequences. The maps read past the tensors' ends as zeros, past a packed sequence's end the next
+// sequence's rows: the softmax masks those keys, and their V rows are zeroed before P·V (whatever they hold, NaN
+// included, adds nothing); query rows past a sequence's end are not stored. With PA_STORE_O_BULK (16-bit, two Q
+// buffers) a computing warpgroup writes its normalized output rows into its rows of the job's Q buffer (matrix stores)
+// and one of its threads stores them with bulk tensor copies, which clip the rows past the end; that thread releases
+// the buffer once the copies have read it, after the next job's first Q·K^T, so the stores run behind the next job's
+// first products. (The maps clip rows only at the packed tensors' end: the threads store a packed sequence's last rows
+// from the buffer themselves.)
 //
 // float32: the unit reads split tiles (pa_tile.cuh). The copying warpgroups' other warps make them: each K tile is
 // split in place into its TF32 part and a second tile of the rest, and each V tile, copied into one of two landing
@@ -158,13 +160,17 @@ struct Job {
     PaSeq seq;
     int first, n_tiles;
 };
+// The key tiles that the job's first `rows` rows see: a prefix of the job's [first, first + n_tiles), as the rows' key
+// ranges end no earlier from one row to the next.
+PA_DEVICE int rows_tiles(const PaMask& m, const Job& j, int rows) {
+    return max(0, (pa_mask_rows_key_end(m, j.blk.row0, rows) + BN - 1) / BN - j.first);
+}
 PA_DEVICE Job job_of(const PaFwdParams& p, int unit, int part) {
     Job j;
     j.blk = pa_unit_block(p, BM, unit, part);
     j.seq = pa_seq(p, j.blk.b);
     j.first = pa_mask_rows_key_begin(j.seq.mask, j.blk.row0) / BN;
-    const int end = (pa_mask_rows_key_end(j.seq.mask, j.blk.row0, BM) + BN - 1) / BN;
-    j.n_tiles = max(0, end - j.first);
+    j.n_tiles = rows_tiles(j.seq.mask, j, BM);
     return j;
 }
 // The mask of a job. In the plain build it is the same for every job, and the softmax reads it from the parameters
@@ -302,12 +308,14 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
     }
 
     if (REALLOCATE) pa_regs_inc<MMA_REGS>();
-    // Issue this warpgroup's products in its turn, then hand the turn to the other.
-    auto take_turn = [&]() {
-        if (PINGPONG) pa_named_sync(turn_barrier(wg), 2 * 128);
+    // Issue this warpgroup's products in its turn (`mine`), then hand the turn to the other (`hand_on`). A job gives a
+    // warpgroup a turn per key tile its rows see and one for the last P·V; warpgroup 1 sees at least the tiles that
+    // warpgroup 0 sees, and takes its turns past warpgroup 0's without waiting (see `limit` below).
+    auto take_turn = [&](bool mine) {
+        if (PINGPONG && mine) pa_named_sync(turn_barrier(wg), 2 * 128);
     };
-    auto pass_turn = [&]() {
-        if (PINGPONG) pa_named_arrive(turn_barrier(1 - wg), 2 * 128);
+    auto pass_turn = [&](bool hand_on) {
+        if (PINGPONG && hand_on) pa_named_arrive(turn_barrier(1 - wg), 2 * 128);
     };
     auto arrive = [&](unsigned long long* bar) {  // once per warp, after the products reading the buffer completed
         if (pa_lane_id() == 0) pa_mbar_arrive(bar);
@@ -333,6 +341,13 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
         const int jobs = passed % JOB_PERIOD, tiles = passed / JOB_PERIOD;
         const PaMod mod = pa_seq_mod(p, j.seq, j.blk.b, j.blk.h);
         const int row0 = j.blk.row0, n_tiles = j.n_tiles;
+        // The key tiles this warpgroup's rows see (under a causal mask the first warpgroups' last tiles may lie above
+        // their rows' diagonal; those are only released). Turn k of warpgroup 1 (tile k, or the last P·V at k = n_own)
+        // waits for warpgroup 0's turn k while k <= limit, the number of warpgroup 0's tiles, and hands on to its turn
+        // k + 1 while k < limit; its last turn hands on to the next job's first unless warpgroup 0 had no turn
+        // (limit -1). Warpgroup 0 takes and hands on every turn (limit: no bound).
+        const int w = pa_wave_uniform(wg), n_own = rows_tiles(j.seq.mask, j, 64 * (w + 1));
+        const int n_own0 = rows_tiles(j.seq.mask, j, 64), limit = w == 0 ? (1 << 30) : (n_own0 > 0 ? n_own0 : -1);
         pa_mma_c acc[1][ON], part[1][ON];
         // Where P·V goes: float32 sums each tile apart (pa_tile_pv_start), to be added to acc.
         pa_mma_c(&pv)[1][ON] = F32 ? part : acc;
@@ -363,13 +378,13 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
         pa_wgmma_smem_fence();
         pa_named_sync(group_barrier(wg), 128);
 #endif
-        if (n_tiles == 0 && !O_BULK) arrive(q_empty + qs);
-        for (int tile = 0; tile < n_tiles; ++tile) {
+        if (n_own == 0 && !O_BULK) arrive(q_empty + qs);
+        for (int tile = 0; tile < n_own; ++tile) {
             const int i = tiles + tile, st = i % STAGES, prev = (i - 1) % STAGES;
             pa_mbar_wait(k_ready + st, (i / STAGES) & 1);
             if (tile > 0) pa_mbar_wait(v_ready + prev, ((i - 1) / STAGES) & 1);
             pa_mma_c s[1][SN];
-            take_turn();
+            take_turn(tile <= limit);
             pa_tile_qk_start<1, SN, BM, BN>(s, q, k_s + st * PARTS * KV);
             if (tile > 0) {
                 pa_tile_pv_start<1, ON, BN>(pv, probs, v_s + prev * PARTS * KV);
@@ -377,10 +392,10 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
             } else {
                 pa_tile_wait_scores<0>(s);
             }
-            pass_turn();
+            pass_turn(tile < limit);
             arrive(k_empty + st);  // Q·K^T of this tile is done: its K buffer refills while P·V and the softmax run
-            if (O_BULK && tile == 0) release_stored_q();               // the previous job's output has been read by now
-            if (!O_BULK && tile == n_tiles - 1) arrive(q_empty + qs);  // after the job's last one, its Q buffer
+            if (O_BULK && tile == 0) release_stored_q();             // the previous job's output has been read by now
+            if (!O_BULK && tile == n_own - 1) arrive(q_empty + qs);  // after its last one, the job's Q buffer
             const bool any_rescale =
                 pa_softmax_tile(s, sm, job_mask(p, j), mod, p.scale_log2, row0, BM, (j.first + tile) * BN);
             pa_tile_wait_all(pv);
@@ -391,21 +406,28 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
             if (any_rescale) pa_softmax_rescale(acc, sm);
             pa_tile_to_a(probs, s);
         }
-        if (n_tiles > 0) {
-            const int last = (tiles + n_tiles - 1) % STAGES;
-            pa_mbar_wait(v_ready + last, ((tiles + n_tiles - 1) / STAGES) & 1);
-            const int keys = last_tile_keys(p, j);
+        if (n_own > 0) {
+            const int last = (tiles + n_own - 1) % STAGES;
+            pa_mbar_wait(v_ready + last, ((tiles + n_own - 1) / STAGES) & 1);
+            const int keys = n_own == n_tiles ? last_tile_keys(p, j) : BN;
             if (!F32 && keys < BN) {  // the next sequence's V rows, zeroed by each warpgroup (float32: when split)
                 pa_tile_zero_rows<BN>(v_s + last * KV, keys, threadIdx.x % 128, 128);
                 pa_wgmma_smem_fence();
                 pa_named_sync(group_barrier(wg), 128);
             }
-            take_turn();
+            take_turn(n_own <= limit);
             pa_tile_pv_start<1, ON, BN>(pv, probs, v_s + last * PARTS * KV);
-            pass_turn();
+            pass_turn(limit >= 0);
             pa_tile_wait_all(pv);
             arrive(v_empty + last);
             if (F32) add_part();
+        }
+        for (int tile = n_own; tile < n_tiles; ++tile) {  // tiles above this warpgroup's rows: released once landed
+            const int i = tiles + tile, st = i % STAGES;
+            pa_mbar_wait(k_ready + st, (i / STAGES) & 1);
+            arrive(k_empty + st);
+            pa_mbar_wait(v_ready + st, (i / STAGES) & 1);
+            arrive(v_empty + st);
         }
         float* lse = p.lse == nullptr ? nullptr : p.lse + j.blk.b * p.lse_sb + j.blk.h * p.lse_sh + j.seq.q_start;
 #if PA_STORE_O_BULK

@@ -112,6 +112,17 @@ PA_DEVICE float pa_shfl(float v, int src_lane, int width) { return __shfl_sync(0
 PA_DEVICE pa_lanemask_t pa_ballot(bool pred) { return __ballot_sync(0xffffffffu, pred); }
 #endif
 
+// v, which the caller knows is the same in every lane of the wave, as lane 0 holds it: the compiler then knows it too,
+// and keeps it and what follows from it in scalar (uniform) registers and branches. A value derived from threadIdx
+// (a warpgroup's index) otherwise takes vector registers, and so does every loop bound and address computed from it.
+PA_DEVICE int pa_wave_uniform(int v) {
+#if defined(PA_VENDOR_HIP)
+    return __builtin_amdgcn_readfirstlane(v);
+#else
+    return __shfl_sync(0xffffffffu, v, 0);
+#endif
+}
+
 // pa_shfl of a pointer: two 32-bit shuffles (bit patterns pass through unchanged).
 PA_DEVICE const void* pa_shfl_ptr(const void* v, int src_lane, int width) {
     const unsigned long long bits = reinterpret_cast<unsigned long long>(v);

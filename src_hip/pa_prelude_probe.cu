@@ -5,8 +5,8 @@
 //
 // out[slot][thread], slots in this order: for width = 1, 2, ..., PA_WARP_SIZE: pa_shfl_xor with every lane mask
 // 0..PA_WARP_SIZE-1, then pa_shfl from lane 5, from lane (7 * lane + 3), from lane (lane + 70); then
-// pa_group_max<W> and pa_group_sum<W> for W = 1, 2, ..., PA_WARP_SIZE. ballots[2 * thread + i] holds
-// pa_ballot(x > 0) and pa_ballot(lane % 3 == 0).
+// pa_group_max<W> and pa_group_sum<W> for W = 1, 2, ..., PA_WARP_SIZE; then pa_wave_uniform of the wave's first x
+// (the same in every lane). ballots[2 * thread + i] holds pa_ballot(x > 0) and pa_ballot(lane % 3 == 0).
 #include "pa_prelude.cuh"
 
 struct PaProbeParams {
@@ -40,6 +40,8 @@ extern "C" __global__ void pa_prelude_probe(const PaProbeParams p) {
         out[(slot++) * stride] = pa_shfl(v, lane + 70, width);
     }
     probe_reductions<1>(v, out, slot, stride);
+    for (int width = 1; width <= PA_WARP_SIZE; width *= 2) slot += 2;
+    out[slot * stride] = (float)pa_wave_uniform((int)p.x[pa_wave_id() * PA_WARP_SIZE]);
     p.ballots[2 * t] = pa_ballot(v > 0.f);
     p.ballots[2 * t + 1] = pa_ballot(lane % 3 == 0);
 }

@@ -41,6 +41,7 @@ def expected(x: list[float], w: int) -> tuple[list[list[float]], list[list[int]]
         slots += [shfl(lambda i: 5, width), shfl(lambda i: 7 * i + 3, width), shfl(lambda i: i + 70, width)]
     for width in widths(w):
         slots += [reduce(max, width), reduce(sum, width)]
+    slots.append(lanes(lambda base, i: x[base]))  # pa_wave_uniform of the wave's first value
 
     def ballot(pred):
         return lanes(lambda base, i: sum(1 << j for j in range(w) if pred(base + j, j)))
