@@ -17,11 +17,13 @@ struct PaProbeParams {
 
 namespace {
 
+// Fills the reduction slots from `slot` on; returns the slot after them.
 template <int W>
-PA_DEVICE void probe_reductions(float v, float* out, int slot, int stride) {
+PA_DEVICE int probe_reductions(float v, float* out, int slot, int stride) {
     out[slot * stride] = pa_group_max<W>(v);
     out[(slot + 1) * stride] = pa_group_sum<W>(v);
-    if constexpr (W < PA_WARP_SIZE) probe_reductions<W * 2>(v, out, slot + 2, stride);
+    if constexpr (W < PA_WARP_SIZE) return probe_reductions<W * 2>(v, out, slot + 2, stride);
+    return slot + 2;
 }
 
 }  // namespace
@@ -39,8 +41,7 @@ extern "C" __global__ void pa_prelude_probe(const PaProbeParams p) {
         out[(slot++) * stride] = pa_shfl(v, 7 * lane + 3, width);
         out[(slot++) * stride] = pa_shfl(v, lane + 70, width);
     }
-    probe_reductions<1>(v, out, slot, stride);
-    for (int width = 1; width <= PA_WARP_SIZE; width *= 2) slot += 2;
+    slot = probe_reductions<1>(v, out, slot, stride);
     out[slot * stride] = (float)pa_wave_uniform((int)p.x[pa_wave_id() * PA_WARP_SIZE]);
     p.ballots[2 * t] = pa_ballot(v > 0.f);
     p.ballots[2 * t + 1] = pa_ballot(lane % 3 == 0);
