@@ -185,7 +185,7 @@ WS_TILES: dict[str, Rows] = {
 # two on 128-key tiles at N = 2048 and 1.06-1.20x from 4096 on (H100), causal N = 2048 0.87-0.88x; at N = 1024
 # 1.05-1.08x without a mask and 0.82-0.86x causal (the diagonal's masked tiles weigh more in 192-row blocks, which
 # also do not take turns); 96-key tiles 0.91-0.99x these. Without a mask, shorter calls (H200, bf16 and fp16): 288 /
-# 320 / 384 / 576 / 768 / 896 rows 1.13-1.29x, 512 and 1000 rows 1.06-1.10x, 600 and 640 rows 0.99-1.01x (192-row
+# 320 / 384 / 576 / 768 / 896 rows 1.13-1.29x, 512 and 1000 rows 1.05-1.10x, 600 and 640 rows 0.99-1.01x (192-row
 # blocks pad more), but 256 rows 0.83x (two whole 128-row blocks): the long row from 257 rows on.
 LONG_SEQLEN = 2048
 LONG_SEQLEN_UNMASKED = 257
