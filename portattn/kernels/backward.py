@@ -383,6 +383,9 @@ def start(launches: BwdLaunches, dout: torch.Tensor, q: torch.Tensor, k: torch.T
 def _plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dq: torch.Tensor,
           dk: torch.Tensor, dv: torch.Tensor, deterministic: bool, masking: Masking, target: Target) -> BwdLaunches:
     plan = select(target, dtype_name(q.dtype), q.shape[-1], forced_kernel(), masking.extended, masking.modified)
+    tweak = OVERRIDES.get().tweak
+    if tweak is not None:
+        plan = BwdPlan(*(tweak(spec) for spec in plan.specs))
     heads_q, heads_kv = q.shape[1], k.shape[1]
     rows_shape = q.shape[:3]  # the row arrays: per packed row for variable lengths
     batch, seqlen_q, seqlen_k = masking.lengths(q, k)

@@ -53,8 +53,9 @@ def use_kernel(kernel: str) -> Iterator[str]:
 
 @contextmanager
 def tweak_variant(tweak: Callable[[KernelSpec], KernelSpec]) -> Iterator[None]:
-    """Replace the selected kernel variant by ``tweak(variant)``: other tile shapes, or test-only defines such
-    as the planted wave32 bug of the sensitivity test."""
+    """Replace each selected kernel variant (the forward's, and each of a backward's kernels) by
+    ``tweak(variant)``: other tile shapes, or test-only defines such as the planted wave32 bug of the sensitivity
+    test."""
     with _overriding(tweak=tweak):
         yield
 

@@ -1,5 +1,7 @@
 """The backward: gradients of q, k and v against float64 autograd and against SDPA's own backward in the same dtype,
 on every target the machine executes (on NVIDIA: native 32-lane warps and the wave64 emulation)."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -7,6 +9,7 @@ import portattn
 from portattn.kernels import backward
 from portattn.ops import attention as attention_ops
 from portattn.tools.reference import reference_gradients
+from portattn.tools.testing import tweak_variant
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_target")]
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -137,6 +140,31 @@ def test_lse_gradient(gen, needs_backward, dtype):
     largest = max(float(r.abs().max()) for r in refs)
     for name, g, ref in zip(("dq", "dk", "dv"), got, refs):
         assert max_rel(g, ref, largest) <= tol, (name, max_rel(g, ref, largest))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_other_query_tiles_through_tweak_variant(gen, needs_backward, on_target, dtype):
+    """tweak_variant reaches the backward's kernels: the warpgroup-MMA dK/dV kernel at d = 128 on 32-query tiles
+    (dQ computed transposed, as at d = 256) instead of its 64-query row, with partial tiles, Nq != Nk and grouped
+    heads."""
+    needs_backward(dtype, 128)
+    default = backward.select(on_target, str(dtype).removeprefix("torch."), 128).dkdv
+    if not default.tile.warpgroup_mma:
+        pytest.skip(f"{on_target} has no warpgroup-MMA backward")
+    chosen = []
+
+    def smaller_tiles(spec):
+        if isinstance(spec, backward.BwdSpec) and spec.stage == "dkdv":
+            spec = replace(spec, tile=replace(spec.tile, block_m=32))
+        chosen.append(spec)
+        return spec
+
+    q = rand(gen, dtype, 2, 4, 150, 128)
+    k, v = (rand(gen, dtype, 2, 2, 201, 128) for _ in range(2))
+    with tweak_variant(smaller_tiles):
+        for causal in (False, True):
+            check(q, k, v, causal=causal, gen=gen)
+    assert any(isinstance(s, backward.BwdSpec) and s.stage == "dkdv" and s.tile.block_m == 32 for s in chosen)
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
