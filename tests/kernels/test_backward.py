@@ -8,7 +8,7 @@ import torch
 import portattn
 from portattn.kernels import backward
 from portattn.ops import attention as attention_ops
-from portattn.tools.reference import reference_gradients
+from portattn.tools.reference import reference_attention, reference_gradients
 from portattn.tools.testing import tweak_variant
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_target")]
@@ -55,12 +55,26 @@ SLACK = {torch.float32: 1e-5, torch.float16: 1e-6, torch.bfloat16: 1e-6}
 TOL = {torch.float32: 3e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 
 
+def inherited_from_output(q, k, v, dout, causal, scale, refs):
+    """What the rounding of the forward's output costs the exact gradients: every backward (SDPA's too) reads delta =
+    rowsum(dO * O) from the stored output O, and an error e in it shifts dS by -P * rowsum(dO * e), as an LSE
+    gradient of -rowsum(dO * e) does. Where one key takes nearly all of a row's weight, the rounding of that row's O
+    to a 16-bit type so reaches dQ and dK at several times the dtype's own rounding, and which way a kernel's output
+    rounds there is chance. Returns the gradients' changes for the exact output rounded to the dtype."""
+    exact, _ = reference_attention(q, k, v, causal, scale)
+    shift = (dout.double() * (exact.to(q.dtype).double() - exact)).sum(-1)
+    shifted = reference_gradients(q, k, v, dout, causal, scale, grad_lse=-shift)
+    return [s - r for s, r in zip(shifted, refs)]
+
+
 def check(q, k, v, causal=False, scale=None, against_sdpa=True, gen=None):
-    """portattn's gradient errors against float64 at most twice SDPA's backward's (plus SLACK)."""
+    """portattn's gradient errors against float64 at most twice SDPA's backward's (plus SLACK, the rounding of the
+    exact gradient to the dtype, and what the rounding of the forward's output costs through delta)."""
     dout = torch.randn(q.shape, device="cuda", generator=gen).to(q.dtype)
     refs = reference_gradients(q, k, v, dout, causal, scale)
     got = portattn_grads(q, k, v, dout, causal, scale)
     sdpa = sdpa_grads(q, k, v, dout, causal, scale) if against_sdpa else None
+    inherited = inherited_from_output(q, k, v, dout, causal, scale, refs) if against_sdpa else None
     largest = max(float(r.abs().max()) for r in refs)  # errors are relative to the largest gradient
     for i, name in enumerate(("dq", "dk", "dv")):
         assert got[i].shape == refs[i].shape and got[i].dtype == q.dtype
@@ -69,8 +83,10 @@ def check(q, k, v, causal=False, scale=None, against_sdpa=True, gen=None):
         if sdpa is not None:
             sdpa_err = max_rel(sdpa[i], refs[i], largest)
             rounding = 0.0 if q.dtype == torch.float32 else max_rel(refs[i].to(q.dtype), refs[i], largest)
-            bound = 2 * sdpa_err + SLACK[q.dtype] + rounding
-            assert err <= bound, f"{name}: portattn {err:.3e} vs SDPA {sdpa_err:.3e} (bound {bound:.3e})"
+            from_output = float(inherited[i].abs().max()) / largest
+            bound = 2 * sdpa_err + SLACK[q.dtype] + rounding + from_output
+            assert err <= bound, (f"{name}: portattn {err:.3e} vs SDPA {sdpa_err:.3e} (bound {bound:.3e}, of it "
+                                  f"{from_output:.3e} from the output's rounding)")
         else:
             assert err <= TOL[q.dtype], (name, err)
 
