@@ -58,8 +58,8 @@ TOL = {torch.float32: 3e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 def inherited_from_output(q, k, v, dout, causal, scale, refs):
     """What the rounding of the forward's output costs the exact gradients: every backward (SDPA's too) reads delta =
     rowsum(dO * O) from the stored output O, and an error e in it shifts dS by -P * rowsum(dO * e), as an LSE
-    gradient of -rowsum(dO * e) does. Where one key takes nearly all of a row's weight, the rounding of that row's O
-    to a 16-bit type so reaches dQ and dK at several times the dtype's own rounding, and which way a kernel's output
+    gradient of -rowsum(dO * e) does. Where one key takes most of a row's weight, the rounding of that row's O to a
+    16-bit type so reaches dQ and dK at several times the dtype's own rounding, and which way a kernel's output
     rounds there is chance. Returns the gradients' changes for the exact output rounded to the dtype."""
     exact, _ = reference_attention(q, k, v, causal, scale)
     shift = (dout.double() * (exact.to(q.dtype).double() - exact)).sum(-1)
