@@ -45,7 +45,7 @@ struct PaBwdParams {
     int window_left, window_right;  // keys visible around the diagonal (PaMask; PA_MASK_NONE: unbounded)
     int mask_kind;                  // PA_MASK_BOOL, ... when mask is set
     float scale;                    // softmax scale (>= 0; the host makes it so)
-    float scale_log2;               // scale times log2(e)
+    float scale_log2;               // scale times log2(e), at least the smallest normal float
     float softcap;                  // > 0: logits are softcap tanh(scale s / softcap)
     int num_m_blocks;               // query blocks per head of the dQ kernel: ceil(seqlen_q / its PA_BLOCK_M)
     int num_n_blocks;               // key blocks per head of the dK/dV kernel: ceil(seqlen_k / its PA_BLOCK_N)

@@ -33,7 +33,7 @@ struct PaFwdParams {
     int window_left, window_right;  // keys visible around the diagonal (PaMask; PA_MASK_NONE: unbounded)
     int mask_kind;                  // PA_MASK_BOOL, ... (pa_mask.cuh) when mask is set
     float scale;                    // softmax scale (>= 0; the host makes it so)
-    float scale_log2;               // scale times log2(e)
+    float scale_log2;               // scale times log2(e), at least the smallest normal float
     float softcap;                  // > 0: logits are softcap tanh(scale s / softcap)
     int num_m_blocks;               // ceil(seqlen_q / PA_BLOCK_M)
     int num_units;                  // persistent kernels: units of work (below)

@@ -53,37 +53,45 @@ PA_DEVICE void pa_softmax_init(PaSoftmax<MT>& sm) {
 struct PaKeyRange {
     int begin, end;
 };
-// MASKED: the tile holds keys some rows do not see, which score -inf. keys(row) gives a row's PaKeyRange.
+// MASKED: the tile holds keys some rows do not see, which score -inf. keys(row) gives a row's PaKeyRange. A masked
+// score needs no test of its own after that: scale_log2 is positive (the host makes it at least the smallest normal
+// float), so its exponent is -inf and its probability 0.
 template <bool MASKED, int MT, int SN, class Keys, class Mod>
 PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, const Keys& keys, const Mod& mod,
                                       float scale_log2, int row0, int n0) {
     constexpr bool MOD = PaModActive<Mod>::value;
     const float mul = MOD ? 1.f : scale_log2;  // modified scores are logits in log2 units already
+    const int key0 = n0 + pa_mma_c_col(0);     // this lane's first key; its others lie a constant step further
     bool any_rescale = false;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int r = 0; r < PA_MMA_C_ROWS; ++r) {
             const int row = row0 + pa_wave_row<MT>(mt) + pa_mma_c_row(r);
-            PaKeyRange range{0, 0};
-            if (MASKED) range = keys(row);
+            // The row's visible keys as steps from key0: one comparison with a constant per score.
+            int lo = 0, hi = 0;
+            if (MASKED) {
+                const PaKeyRange range = keys(row);
+                lo = range.begin - key0;
+                hi = range.end - key0;
+            }
             float raw_max = pa_neg_inf();
 #pragma unroll
             for (int j = 0; j < SN; ++j)
 #pragma unroll
                 for (int e = 0; e < PA_MMA_C_COLS; ++e) {
                     float x = s[mt][j][r * PA_MMA_C_COLS + e];  // (AMD fragments are vectors: no references)
-                    const int key = n0 + j * PA_MMA_N + pa_mma_c_col(e);
-                    if (MASKED && (key < range.begin || key >= range.end)) {
+                    const int step = j * PA_MMA_N + pa_mma_c_col(e) - pa_mma_c_col(0);
+                    if (MASKED && (step < lo || step >= hi)) {
                         x = pa_neg_inf();
                     } else if constexpr (MOD) {
-                        x = pa_logit2(mod, row, key, x, 1.f);
+                        x = pa_logit2(mod, row, key0 + step, x, 1.f);
                     }
                     s[mt][j][r * PA_MMA_C_COLS + e] = x;
                     raw_max = fmaxf(raw_max, x);
                 }
             raw_max = pa_group_max<PA_MMA_ROW_LANES>(raw_max);
-            const float tile_max = raw_max == pa_neg_inf() ? raw_max : raw_max * mul;
+            const float tile_max = raw_max * mul;  // -inf where the row saw no key
             float& m = sm.row_max[mt][r];
             sm.rescale[mt][r] = 1.f;
             if (tile_max > m + PA_SOFTMAX_RESCALE_SLACK) {
@@ -98,8 +106,7 @@ PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, 
             for (int j = 0; j < SN; ++j)
 #pragma unroll
                 for (int e = 0; e < PA_MMA_C_COLS; ++e) {
-                    const float x = s[mt][j][r * PA_MMA_C_COLS + e];
-                    const float prob = (MASKED || MOD) && x == pa_neg_inf() ? 0.f : pa_exp2(fmaf(x, mul, -base));
+                    const float prob = pa_exp2(fmaf(s[mt][j][r * PA_MMA_C_COLS + e], mul, -base));
                     s[mt][j][r * PA_MMA_C_COLS + e] = prob;
                     part += prob;
                 }

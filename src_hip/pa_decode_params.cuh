@@ -52,11 +52,11 @@ struct PaDecodeParams {
     int cache_batch;                // sequences in a contiguous cache (cache_batch_idx's bound)
     int window_left, window_right;  // keys visible around the bottom-right diagonal (PA_MASK_NONE: unbounded)
     float scale, softcap;           // softmax scale; softcap > 0: logits are softcap tanh(scale s / softcap)
-    float scale_log2;
-    int row_blocks;      // ceil(G * Nq / PA_BLOCK_M)
-    int num_splits;      // key splits per (sequence, head)
-    int keys_per_split;  // a multiple of PA_BLOCK_N
-    int combine_groups;  // slots of the combine kernel that share a row (a power of two)
+    float scale_log2;               // scale times log2(e), at least the smallest normal float
+    int row_blocks;                 // ceil(G * Nq / PA_BLOCK_M)
+    int num_splits;                 // key splits per (sequence, head)
+    int keys_per_split;             // a multiple of PA_BLOCK_N
+    int combine_groups;             // slots of the combine kernel that share a row (a power of two)
 };
 
 // Where row `key` of cache sequence b (PaDecodeSeq::cache_b: the batch row itself with a page table, which

@@ -33,6 +33,7 @@ from .variant import (
     allocation,
     current_stream,
     dtype_name,
+    exp2_scale,
     forced_kernel,
     launch_target,
     new_from,
@@ -367,7 +368,7 @@ def start(launches: BwdLaunches, dout: torch.Tensor, q: torch.Tensor, k: torch.T
     fields.update(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
                   lse=lse.data_ptr(), lse_log2=delta + 2 * work.numel(), delta=delta,
                   dq_accum=None if sums is None else sums.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
-                  dv=dv.data_ptr(), scale=scale, scale_log2=scale * 1.4426950408889634)
+                  dv=dv.data_ptr(), scale=scale, scale_log2=exp2_scale(scale))
     params = launches.dkdv.fill(fields)  # the kernels share the template (_plan) and take the same fields
     stream = current_stream(q.device)
     launches.prep.send(params, stream)

@@ -42,6 +42,7 @@ from .variant import (
     TileConfig,
     current_stream,
     dtype_name,
+    exp2_scale,
     launch_target,
     resident_blocks,
     rows,
@@ -380,7 +381,7 @@ def start(call: DecodeCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     launches, sizes = call.launches, call.sizes
     stream = current_stream(q.device)
     fields = dict(call.fields, q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=out.data_ptr(),
-                  cache_seqlens=cache_seqlens.data_ptr(), scale=scale, scale_log2=scale * 1.4426950408889634)
+                  cache_seqlens=cache_seqlens.data_ptr(), scale=scale, scale_log2=exp2_scale(scale))
     if sizes is not None:  # the partial outputs, then their LSE
         parts = _partials(q.device, stream, sizes[0] + sizes[1])  # held until the launches are queued
         fields.update(o_part=parts.data_ptr(), lse_part=parts.data_ptr() + 4 * sizes[0])

@@ -31,6 +31,7 @@ from .variant import (
     TileConfig,
     current_stream,
     dtype_name,
+    exp2_scale,
     forced_kernel,
     launch_target,
     resident_blocks,
@@ -370,7 +371,7 @@ def start(launch: loader.Launch, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """Launch ``launch`` (from ``run``) on tensors of its signature (only their addresses are read)."""
     fields = {} if masking is PLAIN or masking is CAUSAL else call_fields(masking)
     launch(current_stream(q.device), q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(),
-           lse=lse.data_ptr() if lse is not None else None, scale=scale, scale_log2=scale * 1.4426950408889634,
+           lse=lse.data_ptr() if lse is not None else None, scale=scale, scale_log2=exp2_scale(scale),
            **fields)
 
 

@@ -23,6 +23,16 @@ HEAD_DIMS = (32, 64, 96, 128, 256)
 DTYPES = ("float32", "float16", "bfloat16")
 HALF = ("float16", "bfloat16")
 
+_LOG2E = 1.4426950408889634
+_FLT_MIN = 1.1754943508222875e-38  # the smallest normal float32
+
+
+def exp2_scale(scale: float) -> float:
+    """The kernels' ``scale_log2``: the softmax scale (>= 0) in log2 units, at least the smallest normal float, so
+    that a masked score (-inf) always gets an exponent of -inf; with a scale of 0 every finite score's product
+    flushes to 0, as it should."""
+    return max(scale * _LOG2E, _FLT_MIN)
+
 
 @dataclass(frozen=True, kw_only=True)
 class TileConfig:

@@ -173,13 +173,18 @@ def test_append_in_place(gen, dtype, paged_cache):
     assert torch.equal(got_k, expected_k)
 
 
-def test_non_causal_and_scale(gen):
+@pytest.mark.parametrize("scale", [0.2, 0.0, -0.3])
+@pytest.mark.parametrize("causal", [False, True])
+def test_causal_and_scale(gen, causal, scale):
+    """Any scale, zero and negative ones included, with the masked last key tile (299 keys) and, causal, the
+    masked diagonal of five query rows."""
     dtype, b, cap, hq, hk, d, nq = torch.bfloat16, 2, 300, 16, 4, 128, 5
     q = rand(gen, dtype, b, nq, hq, d)
     k_cache, v_cache = rand(gen, dtype, b, cap, hk, d), rand(gen, dtype, b, cap, hk, d)
-    out = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=299, causal=False, scale=0.2)
-    ref, _ = reference(q, k_cache, v_cache, [299, 299], causal=False, scale=0.2)
-    check(out, ref, dtype)
+    out, lse = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=299, causal=causal, scale=scale,
+                                               return_lse=True)
+    ref, ref_lse = reference(q, k_cache, v_cache, [299, 299], causal=causal, scale=scale)
+    check(out, ref, dtype, lse, ref_lse)
 
 
 def test_rows_without_keys_give_zeros(gen):
