@@ -99,6 +99,19 @@ def test_masks_forward_and_backward(gen, needs_backward, dtype, mask, d, nq, nk)
     check_attention(q, k, v, gen, **opts)
 
 
+@pytest.mark.parametrize("nq,nk", [(77, 77), (333, 130)])
+@pytest.mark.parametrize("mask", ["bottom-right causal", "window", "left only", "softcap"])
+@pytest.mark.parametrize("d", [128, 256])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_masks_deterministic_backward(gen, needs_backward, dtype, d, mask, nq, nk):
+    """The deterministic backward (dQ from its own kernel, rows of queries; dK and dV without dQ) under the same
+    masks."""
+    needs_backward(dtype, d)
+    q = rand(gen, dtype, 2, 4, nq, d)
+    k, v = rand(gen, dtype, 2, 2, nk, d), rand(gen, dtype, 2, 2, nk, d)
+    check_attention(q, k, v, gen, deterministic=True, **MASKS[mask])
+
+
 @pytest.mark.parametrize("d", [32, 96, 256])
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 def test_masks_other_head_dims(gen, needs_backward, dtype, d):
