@@ -189,13 +189,14 @@ def bench_backward_case(dtype: str, head_dim: int, causal: bool, seqlen: int, he
 
 
 def format_table(rows: list[BenchRow]) -> str:
-    """A markdown table; backward rows add forward+backward times and peak memory (portattn, SDPA default)."""
+    """A markdown table; backward rows add forward+backward times and peak memory (portattn, SDPA's default and
+    flash backends)."""
     backward = any(r.mode == "backward" for r in rows)
     head = ["dtype", "d", "causal", "N", "B", "H", "portattn TF/s", "rel err"]
     for name in SDPA_BACKENDS:
         head += [f"{name} TF/s", f"x {name}"]
     if backward:
-        head += ["fwd+bwd ms", "default fwd+bwd ms", "peak MiB", "default peak MiB"]
+        head += ["fwd+bwd ms", "default fwd+bwd ms", "peak MiB", "default peak MiB", "flash peak MiB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     fmt = lambda x, spec: "—" if x is None else format(x, spec)  # noqa: E731
     for r in rows:
@@ -206,7 +207,8 @@ def format_table(rows: list[BenchRow]) -> str:
             cells += [fmt(r.sdpa_tflops.get(name), ".1f"), fmt(r.ratio(name), ".2f")]
         if backward:
             cells += [fmt(r.fwdbwd_ms.get("portattn"), ".2f"), fmt(r.fwdbwd_ms.get("default"), ".2f"),
-                      fmt(r.peak_mib.get("portattn"), ".0f"), fmt(r.peak_mib.get("default"), ".0f")]
+                      fmt(r.peak_mib.get("portattn"), ".0f"), fmt(r.peak_mib.get("default"), ".0f"),
+                      fmt(r.peak_mib.get("flash"), ".0f")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -2,6 +2,8 @@
 variable-length batches and the flash-attn functions: outputs, LSE and gradients against float64 on every target the
 machine executes (on NVIDIA: native 32-lane warps and the wave64 emulation)."""
 import math
+import os
+import random
 
 import pytest
 import torch
@@ -18,6 +20,7 @@ from portattn.flash_attn import (
     flash_attn_with_kvcache,
 )
 from portattn.kernels import backward
+from portattn.kernels.variant import HEAD_DIMS
 from portattn.tools.reference import reference_masked
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("on_target")]
@@ -215,8 +218,11 @@ def check_varlen(gen, dtype, d, lens_q, lens_k, opts):
         ref = ref[0].transpose(0, 1)
         assert max_rel(out[sq], ref) <= OUT_TOL[dtype], ("out", i)
         refs = [r[0].transpose(0, 1) for r in torch.autograd.grad(ref, seq, dout[sq].double())]
-        largest = max(float(r.abs().max()) for r in refs)  # one key: dq and dk are 0, only rounding is left
+        # one key: dq and dk are 0, only rounding is left; an empty sequence has no rows (its dq is 0)
+        largest = max((float(r.abs().max()) for r in refs if r.numel()), default=0.0)
         for name, g, r, s in zip(("dq", "dk", "dv"), got, refs, (sq, sk, sk)):
+            if not r.numel():
+                continue
             err = float((g[s].double() - r).abs().max()) / max(largest, 1e-30)
             assert err <= GRAD_TOL[dtype], (name, i, err)
 
@@ -409,3 +415,161 @@ def test_kvcache_rows_without_keys_and_appends_with_leftpad(gen):
                                         window=(1, 0))
         assert max_rel(out[i], ref[0].transpose(0, 1)) <= OUT_TOL[torch.float16]
         assert max_rel(lse[i], ref_lse[0]) <= OUT_TOL[torch.float16]
+
+
+# Randomized checks: each run draws its own calls from the test's seed (printed on failure; the draws and the inputs
+# follow from it), with lengths on and around the tiles' edges, grouped heads, every head dim and dtype the target
+# has kernels for, strided layouts and every mask and option, and compares them with float64. PORTATTN_FUZZ_CALLS
+# sets the number of calls per test (attention and caches; half as many packed batches).
+FUZZ_CALLS = int(os.environ.get("PORTATTN_FUZZ_CALLS", "24"))
+EDGES = (1, 2, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 79, 80, 81, 127, 128, 129, 191, 192, 193, 255, 256, 257, 383,
+         384, 385, 511, 512, 513)
+
+
+def draws(gen):
+    return random.Random(gen.initial_seed())
+
+
+def draw_length(rng, most=1100):
+    return rng.choice(EDGES) if rng.random() < 0.6 else rng.randint(1, most)
+
+
+def draw_dtype_and_dim(rng, target):
+    dtype, d = rng.choice(list(DTYPES.values())), rng.choice(HEAD_DIMS)
+    return (dtype, d) if backward.has_kernel(target, dtype, d) else draw_dtype_and_dim(rng, target)
+
+
+def draw_heads(rng, batch, most):
+    """(heads_q, heads_kv) with at most ``most`` query heads per batch row."""
+    hk = rng.randint(1, 3)
+    groups = [g for g in (1, 2, 3, 4, 8) if hk * g <= most] or [1]
+    return hk * rng.choice(groups), hk
+
+
+def strided(rng, gen, dtype, b, h, n, d):
+    """A [b, h, n, d] tensor in one of the layouts callers pass: contiguous, a [b, n, h, d] tensor's transpose,
+    rows padded past the head dim (16-byte aligned), or a slice whose rows are not 16-byte aligned (copied)."""
+    layout = rng.choice(("bhsd", "bshd", "padded", "unaligned"))
+    if layout == "bshd":
+        return rand(gen, dtype, b, n, h, d).transpose(1, 2)
+    if layout == "padded":
+        return rand(gen, dtype, b, h, n, d + 16)[..., :d]
+    if layout == "unaligned":
+        return rand(gen, dtype, b, h, n, d + 1)[..., 1:]
+    return rand(gen, dtype, b, h, n, d)
+
+
+def draw_masks(rng, gen, b, hq, nq, nk):
+    """Keyword arguments of portattn.attention: a mask and score modifiers, or none."""
+    kind = rng.choice(("none", "causal", "bottom-right", "window", "softcap", "alibi", "bool", "additive"))
+    opts = {"causal": rng.random() < 0.5} if kind in ("window", "softcap", "alibi") else {}
+    if kind == "causal":
+        opts["causal"] = True
+    if kind == "bottom-right" or kind in ("window", "alibi") and rng.random() < 0.5:
+        opts.update(causal=opts.get("causal", True), causal_align="bottom-right")
+    if kind == "window":
+        opts["window"] = (rng.choice((-1, 0, rng.randint(1, nk))),
+                          0 if opts["causal"] else rng.choice((-1, 0, rng.randint(1, nk))))
+    if kind == "softcap":
+        opts["softcap"] = rng.uniform(0.5, 30.0)
+    if kind == "alibi":
+        shape = (hq,) if rng.random() < 0.5 else (b, hq)
+        opts["alibi_slopes"] = torch.rand(shape, device="cuda", generator=gen) * 0.3
+    if kind in ("bool", "additive"):
+        dims = rng.choice(((b, 1, nq, nk), (nq, nk), (b, hq, nq, nk), (b, 1, 1, nk)))
+        keep = torch.rand(dims, device="cuda", generator=gen) > rng.uniform(0.0, 0.9)
+        opts["attn_mask"] = keep if kind == "bool" else torch.where(
+            keep, torch.randn(dims, device="cuda", generator=gen), -math.inf)
+    return opts
+
+
+def test_fuzz_attention(gen, on_target):
+    """portattn.attention on random calls, forward (output and LSE) and backward (dq, dk, dv)."""
+    rng = draws(gen)
+    for call in range(FUZZ_CALLS):
+        dtype, d = draw_dtype_and_dim(rng, on_target)
+        b = rng.randint(1, 3)
+        nq, nk = draw_length(rng), draw_length(rng)
+        hq, hk = draw_heads(rng, b, max(1, min(16, 3_000_000 // (b * nq * nk))))
+        q = strided(rng, gen, dtype, b, hq, nq, d)
+        k, v = strided(rng, gen, dtype, b, hk, nk, d), strided(rng, gen, dtype, b, hk, nk, d)
+        opts = draw_masks(rng, gen, b, hq, nq, nk)
+        if "attn_mask" in opts and opts["attn_mask"].dtype != torch.bool:
+            opts["attn_mask"] = opts["attn_mask"].to(rng.choice((dtype, torch.float32)))
+        if rng.random() < 0.3:
+            opts["scale"] = rng.choice((0.0, -0.2, rng.uniform(0.01, 0.5)))
+        if rng.random() < 0.2:
+            opts["deterministic"] = True
+        what = dict(call=call, dtype=dtype, d=d, b=b, hq=hq, hk=hk, nq=nq, nk=nk,
+                    strides=(q.stride(), k.stride(), v.stride()),
+                    opts={key: tuple(o.shape) if isinstance(o, torch.Tensor) else o for key, o in opts.items()})
+        try:
+            check_attention(q, k, v, gen, **opts)
+        except AssertionError as e:
+            raise AssertionError(f"{what}: {e}") from e
+
+
+def test_fuzz_varlen(gen, on_target):
+    """flash_attn_varlen_func on random packed batches, empty sequences included."""
+    rng = draws(gen)
+    for call in range(FUZZ_CALLS // 2):
+        dtype, d = draw_dtype_and_dim(rng, on_target)
+        n = rng.randint(1, 5)
+        lens_q = [0 if rng.random() < 0.1 else draw_length(rng, 700) for _ in range(n)]
+        lens_k = [0 if rng.random() < 0.1 else draw_length(rng, 700) for _ in range(n)]
+        lens_q[0], lens_k[0] = max(lens_q[0], 1), max(lens_k[0], 1)  # at least one row and one key
+        opts = rng.choice((dict(), dict(causal=True), dict(causal=True, window_size=(rng.randint(0, 300), 0)),
+                           dict(window_size=(rng.randint(0, 300), rng.randint(0, 300))),
+                           dict(softcap=rng.uniform(1.0, 20.0), causal=rng.random() < 0.5),
+                           dict(alibi=True, causal=rng.random() < 0.5)))
+        if rng.random() < 0.2:
+            opts["deterministic"] = True
+        try:
+            check_varlen(gen, dtype, d, lens_q, lens_k, opts)
+        except AssertionError as e:
+            raise AssertionError(f"call {call}: {dtype}, d={d}, lens_q={lens_q}, lens_k={lens_k}, {opts}: {e}") from e
+
+
+def test_fuzz_kvcache(gen, on_target):
+    """attention_with_kvcache on random caches: per-sequence lengths, appended keys, contiguous or paged (page sizes
+    multiples of 16, scattered tables), grouped heads, query lengths 1-16, masks and split counts."""
+    rng = draws(gen)
+    for call in range(FUZZ_CALLS):
+        dtype, d = rng.choice(list(DTYPES.values())), rng.choice(HEAD_DIMS)
+        b, nq = rng.randint(1, 4), rng.choice((1, 1, 2, 4, rng.randint(1, 16)))
+        hq, hk = draw_heads(rng, b, 16)
+        new = rng.choice((0, nq))
+        page = rng.choice((None, 16, 32, 48, 64, 256))
+        cap = rng.choice((64, 256, 1024, 4096))
+        cap = cap if page is None else -(-cap // page) * page
+        ends = [rng.randint(0, cap - new) for _ in range(b)]
+        opts = rng.choice((dict(causal=True), dict(causal=False), dict(causal=True, window=(rng.randint(0, 300), 0)),
+                           dict(causal=rng.random() < 0.5, softcap=rng.uniform(1.0, 20.0))))
+        splits = rng.choice((0, 0, 1, rng.randint(2, 64)))
+        k_cache, v_cache = rand(gen, dtype, b, cap, hk, d), rand(gen, dtype, b, cap, hk, d)
+        q = rand(gen, dtype, b, nq, hq, d)
+        k, v = (rand(gen, dtype, b, new, hk, d) for _ in range(2)) if new else (None, None)
+        what = dict(call=call, dtype=dtype, d=d, b=b, nq=nq, hq=hq, hk=hk, new=new, page=page, cap=cap, ends=ends,
+                    opts=opts, splits=splits)
+        kc, vc, table = k_cache.clone(), v_cache.clone(), None
+        if page is not None:
+            per_seq = cap // page
+            order = torch.randperm(b * per_seq + 2, device="cuda", generator=gen)
+            kc, vc = (torch.full((b * per_seq + 2, page, hk, d), math.nan, device="cuda", dtype=dtype)
+                      for _ in range(2))
+            table = order[:b * per_seq].view(b, per_seq).to(torch.int32)
+            for pool, cache in ((kc, k_cache), (vc, v_cache)):
+                pool[table.flatten().long()] = cache.view(b * per_seq, page, hk, d)
+        out, lse = portattn.attention_with_kvcache(
+            q, kc, vc, k=k, v=v, cache_seqlens=torch.tensor(ends, dtype=torch.int32, device="cuda"),
+            block_table=table, num_splits=splits, return_lse=True, **opts)
+        if page is not None:  # the caches as sequences again
+            kc, vc = (pool[table.flatten().long()].view(b, cap, hk, d) for pool in (kc, vc))
+        for i in range(b):
+            e = ends[i] + new
+            if new:
+                assert torch.equal(kc[i, ends[i]:e], k[i]) and torch.equal(vc[i, ends[i]:e], v[i]), what
+            keys = (t[i, :e].transpose(0, 1)[None] for t in (kc, vc))
+            ref, ref_lse = reference_masked(q[i].transpose(0, 1)[None], *keys, bottom_right=True, **opts)
+            assert max_rel(out[i], ref[0].transpose(0, 1)) <= OUT_TOL[dtype], (what, i)
+            assert max_rel(lse[i], ref_lse[0]) <= OUT_TOL[dtype], (what, i)
