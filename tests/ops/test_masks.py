@@ -43,6 +43,16 @@ def max_rel(x, ref):
     return float((x - ref)[finite].abs().max() / max(float(ref[finite].abs().max()), 1e-30))
 
 
+def assert_grads(got, refs, dtype, *what):
+    """Each gradient's largest error, relative to the largest reference gradient, within GRAD_TOL (an empty
+    gradient, of a sequence without rows, is not checked)."""
+    largest = max((float(r.abs().max()) for r in refs if r.numel()), default=0.0)
+    for name, g, r in zip(("dq", "dk", "dv"), got, refs):
+        if r.numel():
+            err = float((g.double() - r).abs().max()) / max(largest, 1e-30)
+            assert err <= GRAD_TOL[dtype], (*what, name, err)
+
+
 def check_attention(q, k, v, gen, grads=True, **opts):
     """portattn.attention(**opts) against reference_masked: output, LSE and (with ``grads``) dq, dk, dv."""
     ref_opts = {key: opts[key] for key in ("causal", "softcap", "alibi_slopes", "attn_mask", "scale") if key in opts}
@@ -59,11 +69,7 @@ def check_attention(q, k, v, gen, grads=True, **opts):
         return
     dout = rand(gen, q.dtype, *q.shape)
     got = torch.autograd.grad(out, leaves, dout)
-    refs = torch.autograd.grad(ref_out, leaves64, dout.double())
-    largest = max(float(r.abs().max()) for r in refs)
-    for name, g, r in zip(("dq", "dk", "dv"), got, refs):
-        err = float((g.double() - r).abs().max()) / max(largest, 1e-30)
-        assert err <= GRAD_TOL[q.dtype], (name, err)
+    assert_grads(got, torch.autograd.grad(ref_out, leaves64, dout.double()), q.dtype)
 
 
 @pytest.fixture
@@ -218,13 +224,8 @@ def check_varlen(gen, dtype, d, lens_q, lens_k, opts):
         ref = ref[0].transpose(0, 1)
         assert max_rel(out[sq], ref) <= OUT_TOL[dtype], ("out", i)
         refs = [r[0].transpose(0, 1) for r in torch.autograd.grad(ref, seq, dout[sq].double())]
-        # one key: dq and dk are 0, only rounding is left; an empty sequence has no rows (its dq is 0)
-        largest = max((float(r.abs().max()) for r in refs if r.numel()), default=0.0)
-        for name, g, r, s in zip(("dq", "dk", "dv"), got, refs, (sq, sk, sk)):
-            if not r.numel():
-                continue
-            err = float((g[s].double() - r).abs().max()) / max(largest, 1e-30)
-            assert err <= GRAD_TOL[dtype], (name, i, err)
+        # one key: dq and dk are 0, only rounding is left
+        assert_grads([g[s] for g, s in zip(got, (sq, sk, sk))], refs, dtype, i)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -573,3 +574,44 @@ def test_fuzz_kvcache(gen, on_target):
             ref, ref_lse = reference_masked(q[i].transpose(0, 1)[None], *keys, bottom_right=True, **opts)
             assert max_rel(out[i], ref[0].transpose(0, 1)) <= OUT_TOL[dtype], (what, i)
             assert max_rel(lse[i], ref_lse[0]) <= OUT_TOL[dtype], (what, i)
+
+
+def test_fuzz_sdpa_patch(gen, on_target):
+    """F.scaled_dot_product_attention on random calls under patch_sdpa (causal, boolean and additive masks of every
+    broadcast shape, grouped heads, scales, strided layouts): the patch takes every call, and its output and
+    gradients equal PyTorch's own SDPA on the same call in float64."""
+    rng = draws(gen)
+    for call in range(FUZZ_CALLS):
+        dtype, d = draw_dtype_and_dim(rng, on_target)
+        b = rng.randint(1, 3)
+        nq, nk = draw_length(rng, 600), draw_length(rng, 600)
+        hq, hk = draw_heads(rng, b, 16)
+        q = strided(rng, gen, dtype, b, hq, nq, d)
+        k, v = strided(rng, gen, dtype, b, hk, nk, d), strided(rng, gen, dtype, b, hk, nk, d)
+        kwargs = {"enable_gqa": True} if hq != hk else {}
+        kind = rng.choice(("none", "causal", "bool", "additive"))
+        if kind == "causal":
+            kwargs["is_causal"] = True
+        if kind in ("bool", "additive"):
+            dims = rng.choice(((nq, nk), (b, 1, nq, nk), (b, hq, nq, nk), (1, 1, 1, nk), (1, nk)))
+            keep = torch.rand(dims, device="cuda", generator=gen) > rng.uniform(0.0, 0.9)
+            keep[..., rng.randrange(nk)] = True  # every row keeps a key: SDPA's backends differ on rows that see none
+            kwargs["attn_mask"] = keep if kind == "bool" else torch.where(
+                keep, torch.randn(dims, device="cuda", generator=gen), -math.inf).to(dtype)
+        if rng.random() < 0.3:
+            kwargs["scale"] = rng.uniform(0.01, 0.5)
+        what = dict(call=call, dtype=dtype, d=d, b=b, hq=hq, hk=hk, nq=nq, nk=nk,
+                    kwargs={key: tuple(o.shape) if isinstance(o, torch.Tensor) else o for key, o in kwargs.items()})
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        with portattn.patch_sdpa() as stats:
+            out = F.scaled_dot_product_attention(*leaves, **kwargs)
+        assert stats.portattn == 1 and stats.fallback == 0, (what, stats)
+        leaves64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
+        ref_kwargs = dict(kwargs)
+        if kind == "additive":
+            ref_kwargs["attn_mask"] = kwargs["attn_mask"].double()
+        ref = F.scaled_dot_product_attention(*leaves64, **ref_kwargs)
+        assert max_rel(out, ref) <= OUT_TOL[dtype], (what, max_rel(out, ref))
+        dout = rand(gen, dtype, *out.shape)
+        assert_grads(torch.autograd.grad(out, leaves, dout), torch.autograd.grad(ref, leaves64, dout.double()),
+                     dtype, what)
