@@ -25,6 +25,9 @@ class CompileError(PortattnError):
             f"options: {' '.join(self.options)}\n{log.strip()}"
         )
 
+    def __reduce__(self) -> tuple:  # picklable: raised in compiler worker processes
+        return type(self), (self.backend, self.arch, self.options, self.log, self.source, self.name)
+
     def dump(self) -> str:
         """The source with 1-based line numbers."""
         lines = self.source.splitlines()
@@ -39,8 +42,12 @@ class DriverError(PortattnError):
         self.backend = backend
         self.call = call
         self.code = code
+        self.detail = detail
         msg = f"{backend}: {call} failed with {code}"
         super().__init__(f"{msg}: {detail}" if detail else msg)
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.backend, self.call, self.code, self.detail)
 
 
 class UnsupportedTargetError(PortattnError, ValueError):

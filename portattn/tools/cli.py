@@ -194,10 +194,16 @@ def _info(archs: list[str] | None) -> int:
     return 0
 
 
-def _warmup(archs: list[str] | None) -> int:
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def _warmup(archs: list[str] | None, jobs: int | None) -> int:
     from ..errors import PortattnError
     from ..runtime.cache import DiskCache
-    from .report import report_rows
+    from .report import cpus, report_rows
 
     try:
         targets = _parse_targets(archs)
@@ -216,7 +222,7 @@ def _warmup(archs: list[str] | None) -> int:
             print(f"[{n}/{total}] {target.arch} {kernel.spec.label}: {how} in {seconds:.1f} s", flush=True)
 
         try:
-            report_rows(target, cache, progress)
+            report_rows(target, cache, progress, jobs=jobs or cpus())
         except (PortattnError, ImportError, OSError) as exc:
             print(f"{target.arch}: skipped: {exc}", flush=True)
             status = 1
@@ -261,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     warm = sub.add_parser("warmup", help="compile every kernel variant into the disk cache")
     warm.add_argument("--arch", nargs="+", help="archs to compile for (sm_80, sm_90, gfx90a, ..., all); "
                                                 "default: the GPUs of this machine")
+    for command in (rep, warm):
+        command.add_argument("--jobs", type=_positive, default=None,
+                             help="compiler processes (default: one per CPU)")
     cache = sub.add_parser("cache", help="manage the kernel cache")
     cache.add_argument("action", choices=["clear"])
     args = parser.parse_args(argv)
@@ -269,9 +278,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo()
     if args.cmd == "report":
-        from .report import REPORT_ARCHS, print_report
+        from .report import REPORT_ARCHS, cpus, print_report
 
-        return print_report(list(REPORT_ARCHS) if args.arch == "all" else [args.arch], args.rocm)
+        return print_report(list(REPORT_ARCHS) if args.arch == "all" else [args.arch], args.rocm,
+                            args.jobs or cpus())
     if args.cmd == "bench":
         return _bench(args)
     if args.cmd == "plot":
@@ -279,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "info":
         return _info(args.arch)
     if args.cmd == "warmup":
-        return _warmup(args.arch)
+        return _warmup(args.arch, args.jobs)
     from ..runtime.cache import DiskCache
 
     cache = DiskCache()

@@ -4,8 +4,12 @@ Works without a GPU: it only compiles.
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import PortattnError
@@ -30,20 +34,51 @@ class ReportRow:
     occupancy: str
 
 
+def cpus() -> int:
+    """The CPUs this process may run on: the default number of compiler processes."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _compile_timed(spec: KernelSpec, target: Target, directory: Path,
+                   toolchain: Toolchain | None) -> tuple[CompiledKernel, float]:
+    start = time.perf_counter()
+    kernel = compile_kernel(spec, target, DiskCache(directory), toolchain)
+    return kernel, time.perf_counter() - start
+
+
 def report_rows(target: Target, cache: DiskCache | None = None,
                 progress: Callable[[int, int, CompiledKernel, float], None] | None = None,
-                toolchain: Toolchain | None = None) -> list[ReportRow]:
+                toolchain: Toolchain | None = None, jobs: int = 1) -> list[ReportRow]:
     """Compile (or read from the cache) every shipped variant of every family for ``target``, with ``toolchain``
-    (AMD only; default: the system's compiler). ``progress(n, total, kernel, seconds)`` is called after each
-    variant, ``n`` counting from 1."""
-    rows = []
+    (AMD only; default: the system's compiler), in ``jobs`` processes (1: in this one, in order).
+    ``progress(n, total, kernel, seconds)`` is called after each variant, ``n`` counting from 1 in the order they
+    finish."""
     specs = shipped_variants(target)
-    for n, spec in enumerate(specs, 1):
-        start = time.perf_counter()
-        kernel = compile_kernel(spec, target, cache, toolchain)
+    directory = (cache if cache is not None else DiskCache()).directory
+    kernels: dict[int, CompiledKernel] = {}
+
+    def done(i: int, kernel: CompiledKernel, seconds: float) -> None:
+        kernels[i] = kernel
         if progress is not None:
-            progress(n, len(specs), kernel, time.perf_counter() - start)
-        res = kernel.resources
+            progress(len(kernels), len(specs), kernel, seconds)
+
+    if jobs <= 1:
+        for i, spec in enumerate(specs):
+            done(i, *_compile_timed(spec, target, directory, toolchain))
+    else:
+        # New processes rather than forks: the caller may hold a GPU context or threads.
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_compile_timed, spec, target, directory, toolchain): i
+                       for i, spec in enumerate(specs)}
+            try:
+                for future in as_completed(futures):
+                    done(futures[future], *future.result())
+            except BaseException:
+                pool.shutdown(cancel_futures=True)
+                raise
+    rows = []
+    for i, spec in enumerate(specs):
+        res = kernels[i].resources
         rows.append(ReportRow(target.arch, spec, res, occupancy(res, spec.block_threads, spec.smem_bytes, target)))
     return rows
 
@@ -62,10 +97,10 @@ def format_rows(rows: list[ReportRow]) -> str:
     return "\n".join(lines)
 
 
-def print_report(archs: list[str], rocm: str | None = None) -> int:
+def print_report(archs: list[str], rocm: str | None = None, jobs: int = 1) -> int:
     """Print the report of each arch (AMD ones compiled with the ROCm toolchain ``rocm``: None or "system" for this
-    machine's, else a toolchain name or a ROCm version); returns 1 when one could not be made (its error is
-    printed), else 0."""
+    machine's, else a toolchain name or a ROCm version), compiling in ``jobs`` processes; returns 1 when one could
+    not be made (its error is printed), else 0."""
     status = 0
     for arch in archs:
         try:
@@ -80,7 +115,7 @@ def print_report(archs: list[str], rocm: str | None = None) -> int:
             elif rocm is not None:
                 raise ValueError(f"--rocm applies to AMD archs only, not {arch}")
             print(f"\n## {heading}", flush=True)
-            print(format_rows(report_rows(target, toolchain=toolchain)), flush=True)
+            print(format_rows(report_rows(target, toolchain=toolchain, jobs=jobs)), flush=True)
         except (PortattnError, ImportError, OSError, ValueError) as exc:
             print(f"\n## {arch}\nskipped: {exc}")
             status = 1

@@ -1,12 +1,14 @@
 """The command line without a GPU: info, plot from a bench JSON file, warmup for a named arch."""
 import json
-from dataclasses import asdict
+import pickle
+from dataclasses import asdict, replace
 
 import pytest
 import torch
 
 import portattn.tools.plot
 import portattn.tools.report
+from portattn.errors import CompileError, DriverError
 from portattn.kernels import shipped_variants
 from portattn.kernels.backward import BwdSpec
 from portattn.kernels.forward import select
@@ -101,16 +103,43 @@ def test_warmup_named_arch(cache_dir, capsys, monkeypatch):
     specs = compile_sample(shipped_variants(Target.for_arch("sm_90")), rotation=2, by_dtype=False)[:3]
     monkeypatch.setattr(portattn.tools.report, "shipped_variants", lambda target: specs)
     total = len(specs)
-    assert main(["warmup", "--arch", "sm_90"]) == 0
+    assert main(["warmup", "--arch", "sm_90", "--jobs", "1"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     assert [line.split(": ")[0] for line in lines] == [f"[{n}/{total}] sm_90 {spec.label}"
                                                       for n, spec in enumerate(specs, 1)]
     assert all(": compiled in " in line for line in lines)
     assert len(list(cache_dir.glob("*.bin"))) == total
     clear_memory_cache()
-    assert main(["warmup", "--arch", "sm_90"]) == 0
+    assert main(["warmup", "--arch", "sm_90", "--jobs", "1"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     assert len(lines) == total and all(": read from the cache in " in line for line in lines)
+
+
+def test_warmup_in_processes(cache_dir, capsys, monkeypatch):
+    """With --jobs 2 the variants compile in two processes, in any order, into the same disk cache; a variant that
+    fails to compile there raises its CompileError, log included, in the caller."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is not installed")
+    specs = compile_sample(shipped_variants(Target.for_arch("sm_90")), rotation=3, by_dtype=False)[:3]
+    monkeypatch.setattr(portattn.tools.report, "shipped_variants", lambda target: specs)
+    assert main(["warmup", "--arch", "sm_90", "--jobs", "2"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert [line.split("]")[0] for line in lines] == [f"[{n}/{len(specs)}" for n in range(1, len(specs) + 1)]
+    assert {line.split("] ")[1].split(": ")[0] for line in lines} == {f"sm_90 {spec.label}" for spec in specs}
+    assert len(list(cache_dir.glob("*.bin"))) == len(specs)
+    broken = replace(specs[0], test_defines=(("PA_SMEM_BYTES", 1),))  # fails the kernel's shared-memory check
+    monkeypatch.setattr(portattn.tools.report, "shipped_variants", lambda target: [specs[1], broken])
+    with pytest.raises(CompileError) as err:
+        portattn.tools.report.report_rows(Target.for_arch("sm_90"), jobs=2)
+    assert err.value.arch.startswith("sm_90") and "PA_SMEM_BYTES" in err.value.log
+
+
+def test_errors_survive_pickling():
+    """The errors of compiler worker processes reach the caller whole."""
+    compile_error = CompileError("nvrtc", "sm_90a", ["-O3"], "error: log", "int x;", "k.cu")
+    driver_error = DriverError("cuda", "cuModuleLoadData", 200, "bad image")
+    for e in (compile_error, driver_error):
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is type(e) and str(back) == str(e) and vars(back) == vars(e)
 
 
 def test_warmup_needs_a_gpu_or_an_arch(cache_dir, capsys):
