@@ -1,3 +1,4 @@
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -42,8 +43,9 @@ def on_target(target):
 
 @pytest.fixture
 def gen():
-    """A fresh, randomly seeded generator per test (the seed is printed on failure)."""
-    seed = torch.seed() % 2**31
+    """A fresh, randomly seeded generator per test (the seed is printed on failure; PORTATTN_TEST_SEED=<seed>
+    replays it)."""
+    seed = int(os.environ.get("PORTATTN_TEST_SEED") or torch.seed() % 2**31)
     print(f"seed={seed}")
     return torch.Generator(device="cuda").manual_seed(seed)
 

@@ -419,9 +419,9 @@ def test_kvcache_rows_without_keys_and_appends_with_leftpad(gen):
 
 
 # Randomized checks: each run draws its own calls from the test's seed (printed on failure; the draws and the inputs
-# follow from it), with lengths on and around the tiles' edges, grouped heads, every head dim and dtype the target
-# has kernels for, strided layouts and every mask and option, and compares them with float64. PORTATTN_FUZZ_CALLS
-# sets the number of calls per test (attention and caches; half as many packed batches).
+# follow from it, and PORTATTN_TEST_SEED replays it), with lengths on and around the tiles' edges, grouped heads,
+# every head dim and dtype the target has kernels for, strided layouts and every mask and option, and compares them
+# with float64. PORTATTN_FUZZ_CALLS sets the number of calls per test (half as many packed batches).
 FUZZ_CALLS = int(os.environ.get("PORTATTN_FUZZ_CALLS", "24"))
 EDGES = (1, 2, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 79, 80, 81, 127, 128, 129, 191, 192, 193, 255, 256, 257, 383,
          384, 385, 511, 512, 513)
@@ -440,11 +440,10 @@ def draw_dtype_and_dim(rng, target):
     return (dtype, d) if backward.has_kernel(target, dtype, d) else draw_dtype_and_dim(rng, target)
 
 
-def draw_heads(rng, batch, most):
-    """(heads_q, heads_kv) with at most ``most`` query heads per batch row."""
-    hk = rng.randint(1, 3)
-    groups = [g for g in (1, 2, 3, 4, 8) if hk * g <= most] or [1]
-    return hk * rng.choice(groups), hk
+def draw_heads(rng, most):
+    """(heads_q, heads_kv): 1-3 key/value heads in groups of 1-8 query heads, at most ``most`` query heads."""
+    hk = rng.randint(1, min(3, most))
+    return hk * rng.choice([g for g in (1, 2, 3, 4, 8) if hk * g <= most]), hk
 
 
 def strided(rng, gen, dtype, b, h, n, d):
@@ -491,7 +490,7 @@ def test_fuzz_attention(gen, on_target):
         dtype, d = draw_dtype_and_dim(rng, on_target)
         b = rng.randint(1, 3)
         nq, nk = draw_length(rng), draw_length(rng)
-        hq, hk = draw_heads(rng, b, max(1, min(16, 3_000_000 // (b * nq * nk))))
+        hq, hk = draw_heads(rng, max(1, min(16, 3_000_000 // (b * nq * nk))))
         q = strided(rng, gen, dtype, b, hq, nq, d)
         k, v = strided(rng, gen, dtype, b, hk, nk, d), strided(rng, gen, dtype, b, hk, nk, d)
         opts = draw_masks(rng, gen, b, hq, nq, nk)
@@ -538,7 +537,7 @@ def test_fuzz_kvcache(gen, on_target):
     for call in range(FUZZ_CALLS):
         dtype, d = rng.choice(list(DTYPES.values())), rng.choice(HEAD_DIMS)
         b, nq = rng.randint(1, 4), rng.choice((1, 1, 2, 4, rng.randint(1, 16)))
-        hq, hk = draw_heads(rng, b, 16)
+        hq, hk = draw_heads(rng, 16)
         new = rng.choice((0, nq))
         page = rng.choice((None, 16, 32, 48, 64, 256))
         cap = rng.choice((64, 256, 1024, 4096))
@@ -585,7 +584,7 @@ def test_fuzz_sdpa_patch(gen, on_target):
         dtype, d = draw_dtype_and_dim(rng, on_target)
         b = rng.randint(1, 3)
         nq, nk = draw_length(rng, 600), draw_length(rng, 600)
-        hq, hk = draw_heads(rng, b, 16)
+        hq, hk = draw_heads(rng, 16)
         q = strided(rng, gen, dtype, b, hq, nq, d)
         k, v = strided(rng, gen, dtype, b, hk, nk, d), strided(rng, gen, dtype, b, hk, nk, d)
         kwargs = {"enable_gqa": True} if hq != hk else {}
