@@ -87,7 +87,10 @@ def reference_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     if left >= 0:
         hidden |= cols < rows - left
     s = s.masked_fill(hidden, float("-inf"))
-    lse = torch.logsumexp(s, -1)
-    seen = torch.isfinite(lse).unsqueeze(-1)
-    p = torch.where(seen, torch.exp(s - torch.where(seen, lse.unsqueeze(-1), 0.0)), 0.0)
-    return p @ v64.repeat_interleave(group, 1), lse
+    # Rows that see no key take zeros in place of their scores, so that no -inf - -inf reaches the gradients (an
+    # additive -inf mask passes them on to q and k); their output and its gradients are then 0, and their LSE -inf.
+    seen = (s > float("-inf")).any(-1, keepdim=True)
+    s = torch.where(seen, s, 0.0)
+    lse = torch.logsumexp(s, -1, keepdim=True)
+    p = torch.where(seen, torch.exp(s - lse), 0.0)
+    return p @ v64.repeat_interleave(group, 1), torch.where(seen, lse, float("-inf")).squeeze(-1)
