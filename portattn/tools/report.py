@@ -50,7 +50,8 @@ def report_rows(target: Target, cache: DiskCache | None = None,
                 progress: Callable[[int, int, CompiledKernel, float], None] | None = None,
                 toolchain: Toolchain | None = None, jobs: int = 1) -> list[ReportRow]:
     """Compile (or read from the cache) every shipped variant of every family for ``target``, with ``toolchain``
-    (AMD only; default: the system's compiler), in ``jobs`` processes (1: in this one, in order).
+    (AMD only; default: the system's compiler), in ``jobs`` processes (1: in this one, in order; more start new
+    Python processes, so a script that calls this needs the ``if __name__ == "__main__":`` guard).
     ``progress(n, total, kernel, seconds)`` is called after each variant, ``n`` counting from 1 in the order they
     finish."""
     specs = shipped_variants(target)
