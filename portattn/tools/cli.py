@@ -219,7 +219,8 @@ def _warmup(archs: list[str] | None, jobs: int | None) -> int:
     for target in targets:
         def progress(n: int, total: int, kernel: CompiledKernel, seconds: float) -> None:
             how = "read from the cache" if kernel.from_disk else "compiled"
-            print(f"[{n}/{total}] {target.arch} {kernel.spec.label}: {how} in {seconds:.1f} s", flush=True)
+            print(f"[{n}/{total}] {target.arch} {kernel.spec.dtype} {kernel.spec.label}: {how} in {seconds:.1f} s",
+                  flush=True)
 
         try:
             report_rows(target, cache, progress, jobs=jobs or cpus())

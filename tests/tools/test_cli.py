@@ -105,7 +105,7 @@ def test_warmup_named_arch(cache_dir, capsys, monkeypatch):
     total = len(specs)
     assert main(["warmup", "--arch", "sm_90", "--jobs", "1"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
-    assert [line.split(": ")[0] for line in lines] == [f"[{n}/{total}] sm_90 {spec.label}"
+    assert [line.split(": ")[0] for line in lines] == [f"[{n}/{total}] sm_90 {spec.dtype} {spec.label}"
                                                       for n, spec in enumerate(specs, 1)]
     assert all(": compiled in " in line for line in lines)
     assert len(list(cache_dir.glob("*.bin"))) == total
@@ -124,7 +124,8 @@ def test_warmup_in_processes(cache_dir, capsys, monkeypatch):
     assert main(["warmup", "--arch", "sm_90", "--jobs", "2"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     assert [line.split("]")[0] for line in lines] == [f"[{n}/{len(specs)}" for n in range(1, len(specs) + 1)]
-    assert {line.split("] ")[1].split(": ")[0] for line in lines} == {f"sm_90 {spec.label}" for spec in specs}
+    assert {line.split("] ", 1)[1].split(": ")[0] for line in lines} == {f"sm_90 {spec.dtype} {spec.label}"
+                                                                         for spec in specs}
     assert len(list(cache_dir.glob("*.bin"))) == len(specs)
     broken = replace(specs[0], test_defines=(("PA_SMEM_BYTES", 1),))  # fails the kernel's shared-memory check
     monkeypatch.setattr(portattn.tools.report, "shipped_variants", lambda target: [specs[1], broken])
