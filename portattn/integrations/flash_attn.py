@@ -29,9 +29,13 @@ __all__ = [
 ]
 
 
-def _refuse(dropout_p: float, return_attn_probs: bool) -> None:
+def _refuse(dropout_p: object, return_attn_probs: object) -> None:
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"dropout_p must be a number, got {type(dropout_p).__name__}")
     if dropout_p != 0.0:
         raise NotImplementedError(f"dropout_p={dropout_p} is not supported by portattn (only 0.0)")
+    if not isinstance(return_attn_probs, bool):
+        raise TypeError(f"return_attn_probs must be a bool, got {type(return_attn_probs).__name__}")
     if return_attn_probs:
         raise NotImplementedError("return_attn_probs=True is not supported by portattn (it never forms the "
                                   "attention matrix)")
@@ -53,6 +57,8 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     """Attention over q ``[batch, seq_q, heads_q, d]`` and k, v ``[batch, seq_k, heads_kv, d]``; returns
     ``[batch, seq_q, heads_q, d]``. Differentiable."""
     _refuse(dropout_p, return_attn_probs)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_dims(name, t, "[batch, seq, heads, head_dim]")
     window = _window(causal, window_size)
     # portattn.attention on the [batch, heads, seq, d] views, which replays a repeated call (ops/eager.py)
     out = ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal, scale=softmax_scale,
@@ -80,6 +86,15 @@ def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = 0.0, softmax
     _check_packed("qkv", qkv, 5, 3)
     return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, window_size,
                            softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def _check_dims(name: str, t: object, layout: str) -> None:
+    """``t`` is a tensor with a dimension per name of ``layout`` ("[batch, seq, heads, head_dim]")."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    dims = layout.count(",") + 1
+    if t.dim() != dims:
+        raise ValueError(f"{name} must be a {dims}-D {layout} tensor, got shape {tuple(t.shape)}")
 
 
 def _check_packed(name: str, t: object, dims: int, parts: int) -> None:
@@ -122,9 +137,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
         raise NotImplementedError("block_table is not supported by portattn's flash_attn_varlen_func (paged KV "
                                   "caches: use flash_attn_with_kvcache)")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            raise ValueError(f"{name} must be a 3-D [total_tokens, heads, head_dim] tensor, got "
-                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+        _check_dims(name, t, "[total_tokens, heads, head_dim]")
     problem = qkv_problem(q.unsqueeze(0).transpose(1, 2), k.unsqueeze(0).transpose(1, 2),
                           v.unsqueeze(0).transpose(1, 2))
     if problem:

@@ -28,6 +28,7 @@ the same in every operator): ``bottom_right`` (align the diagonal bottom-right),
 # No ``from __future__ import annotations``: torch 2.4 infers the operator schemas from real annotations.
 import functools
 import math
+from numbers import Real
 from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
@@ -462,13 +463,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     ``torch.compile`` and captured in CUDA graphs; the backward is the operator ``portattn::attention_backward``.
     """
     if causal_align == "bottom-right" and (
-            not causal and window is None and alibi_slopes is None  # nothing depends on the diagonal
+            causal is False and window is None and alibi_slopes is None  # nothing depends on the diagonal
             or isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 4 and k.dim() == 4
             and q.shape[2] == k.shape[2]):  # as many queries as keys: the two alignments are one diagonal
         causal_align = "top-left"
     record = None
     options = _replay_options(causal_align, window, softcap)
-    if (not return_lse and options is not None and alibi_slopes is None and attn_mask is None
+    if (return_lse is False and options is not None and alibi_slopes is None and attn_mask is None
             and (deterministic is None or type(deterministic) is bool)):
         record, result = eager.replay(q, k, v, causal, scale, True, out, deterministic, options)
         if result is not None:
@@ -476,11 +477,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     problem = qkv_problem(q, k, v) or options_problem(causal, scale)
     if problem:
         raise problem.error
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     if deterministic is not None and not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
     masks = NO_MASKS
-    if (causal_align != "top-left" or window is not None or softcap != 0.0 or alibi_slopes is not None
-            or attn_mask is not None):
+    if (causal_align != "top-left" or window is not None or not isinstance(softcap, Real) or softcap != 0.0
+            or alibi_slopes is not None or attn_mask is not None):  # (a softcap of another type: mask_args says so)
         masks = mask_args(q, k, causal, causal_align, window, softcap, alibi_slopes, attn_mask)
     if out is not None:
         _check_out(out, q, k, v)
@@ -615,7 +618,7 @@ def _autocast_dtype(kind: str) -> Optional[torch.dtype]:
 def sdpa_replay(query: object, key: object, value: object, attn_mask: object, dropout_p: object, is_causal: object,
                 scale: object, enable_gqa: object) -> tuple[Optional[tuple], Optional[torch.Tensor]]:
     """``eager.replay`` for an SDPA call without a mask or dropout; ``(None, None)`` for any other."""
-    if attn_mask is not None or dropout_p != 0 or type(enable_gqa) is not bool:
+    if attn_mask is not None or type(dropout_p) not in (int, float) or dropout_p != 0 or type(enable_gqa) is not bool:
         return None, None
     return eager.replay(query, key, value, is_causal, scale, enable_gqa)
 

@@ -104,3 +104,122 @@ def test_out_argument_is_checked():
         portattn.attention(q, q, q, out=t(1, 1, 5, 64, device="meta"))
     with pytest.raises(TypeError, match="out must be a torch.Tensor"):
         portattn.attention(q, q, q, out=3)
+
+
+# Random arguments, mostly malformed: every call must end in a clear error of the documented kinds (TypeError,
+# ValueError, NotImplementedError), never another exception from deep inside; on these CPU and meta tensors a call
+# that passes every check ends in the "runs on a GPU" ValueError.
+CLEAR_ERRORS = (TypeError, ValueError, NotImplementedError)
+
+
+def _rng():
+    import random
+
+    seed = random.SystemRandom().randrange(2**31)
+    print(f"seed={seed}")
+    return random.Random(seed)
+
+
+def _tensor(rng, dims=None, device=None):
+    dims = rng.choice((0, 1, 2, 3, 4, 4, 4, 5)) if dims is None else dims
+    shape = [rng.choice((0, 1, 2, 3, 4, 8, 64)) for _ in range(dims)]
+    if dims >= 1 and rng.random() < 0.7:
+        shape[-1] = rng.choice((16, 32, 48, 64, 80, 128, 256, 512))
+    dtype = rng.choice((torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.bool))
+    x = torch.zeros(shape, dtype=dtype, device=device or rng.choice(("cpu", "meta")))
+    if dims >= 2 and rng.random() < 0.2:
+        x = x.transpose(-1, -2)
+    return x
+
+
+def _value(rng, *valid):
+    """One of ``valid`` or a malformed value of a random kind."""
+    odd = (None, True, -1, 0, 3, 1.5, float("nan"), float("inf"), -0.5, "x", [1, 2], (1, 2, 3), (-2, 4), (4, -1),
+           {"a": 1}, object(), _tensor(rng))
+    return rng.choice(valid) if valid and rng.random() < 0.6 else rng.choice(odd)
+
+
+def test_fuzz_bad_arguments_of_attention():
+    rng = _rng()
+    for call in range(300):
+        b, hq, n, d = rng.choice((1, 2)), rng.choice((2, 4)), rng.choice((1, 8)), rng.choice((32, 64, 48))
+        dtype = rng.choice((torch.float16, torch.float32, torch.float64))
+        device = rng.choice(("cpu", "meta"))
+        good = torch.zeros(b, hq, n, d, dtype=dtype, device=device)
+        q, k, v = (good if rng.random() < 0.7 else _tensor(rng) for _ in range(3))
+        names = ("causal", "scale", "return_lse", "deterministic", "causal_align", "window", "softcap",
+                 "alibi_slopes", "attn_mask", "out")
+        valid = {"causal": (True, False), "scale": (0.1, None), "return_lse": (True, False),
+                 "deterministic": (True, None), "causal_align": ("top-left", "bottom-right"),
+                 "window": ((3, 0), (-1, 2)), "softcap": (0.0, 2.0),
+                 "alibi_slopes": (torch.zeros(hq, device=device),),
+                 "attn_mask": (torch.ones(n, n, dtype=torch.bool, device=device),), "out": (torch.empty_like(good),)}
+        kwargs = {name: _value(rng, *valid[name]) for name in names if rng.random() < 0.3}
+        try:
+            portattn.attention(q, k, v, **kwargs)
+        except CLEAR_ERRORS:
+            continue
+        except Exception as e:  # noqa: BLE001
+            raise AssertionError(f"call {call}: {type(e).__name__}: {e}; q {tuple(q.shape)} {q.dtype} {q.device}, "
+                                 f"k {tuple(k.shape)}, v {tuple(v.shape)}, {kwargs}") from e
+        raise AssertionError(f"call {call} returned on {q.device} tensors: {kwargs}")
+
+
+def test_fuzz_bad_arguments_of_attention_with_kvcache():
+    rng = _rng()
+    for call in range(300):
+        b, nq, hq, hk, d, cap = rng.choice((1, 2)), rng.choice((1, 3)), 4, 2, 64, 32
+        device = rng.choice(("cpu", "meta"))
+        q = torch.zeros(b, nq, hq, d, dtype=torch.float16, device=device)
+        cache = torch.zeros(b, cap, hk, d, dtype=torch.float16, device=device)
+        args = [q if rng.random() < 0.7 else _tensor(rng)] + [cache if rng.random() < 0.7 else _tensor(rng)
+                                                              for _ in range(2)]
+        lengths = torch.full((b,), 5, dtype=torch.int32, device=device)
+        new = torch.zeros(b, nq, hk, d, dtype=torch.float16, device=device)
+        table = torch.zeros(b, 2, dtype=torch.int32, device=device)
+        valid = {"cache_seqlens": (5, lengths), "k": (new,), "v": (new,), "block_table": (table,),
+                 "causal": (True, False), "scale": (0.1, None), "num_splits": (0, 2), "return_lse": (True,),
+                 "window": ((3, 0),), "softcap": (1.0,), "alibi_slopes": (torch.zeros(hq, device=device),),
+                 "cache_batch_idx": (torch.arange(b, dtype=torch.int32, device=device),),
+                 "cache_leftpad": (torch.zeros(b, dtype=torch.int32, device=device),)}
+        kwargs = {name: _value(rng, *choices) for name, choices in valid.items()
+                  if name == "cache_seqlens" or rng.random() < 0.25}
+        try:
+            portattn.attention_with_kvcache(*args, **kwargs)
+        except CLEAR_ERRORS:
+            continue
+        except Exception as e:  # noqa: BLE001
+            raise AssertionError(f"call {call}: {type(e).__name__}: {e}; "
+                                 f"{[(tuple(a.shape), a.dtype, a.device) for a in args]}, {kwargs}") from e
+        raise AssertionError(f"call {call} returned on {device} tensors: {kwargs}")
+
+
+def test_fuzz_bad_arguments_of_sdpa_and_flash_attn():
+    """portattn's scaled_dot_product_attention and flash_attn_func on random, mostly malformed arguments."""
+    from portattn.flash_attn import flash_attn_func
+
+    rng = _rng()
+    for call in range(300):
+        b, h, n, d = rng.choice((1, 2)), rng.choice((2, 4)), rng.choice((1, 8)), rng.choice((32, 64, 48))
+        device = rng.choice(("cpu", "meta"))
+        good = torch.zeros(b, h, n, d, dtype=rng.choice((torch.float16, torch.float32)), device=device)
+        tensors = [good if rng.random() < 0.7 else _tensor(rng) for _ in range(3)]
+        if rng.random() < 0.5:
+            fn = portattn.scaled_dot_product_attention
+            valid = {"attn_mask": (torch.ones(n, n, dtype=torch.bool, device=device),), "dropout_p": (0.0,),
+                     "is_causal": (True, False), "scale": (0.2, None), "enable_gqa": (True, False)}
+        else:
+            fn = flash_attn_func
+            valid = {"dropout_p": (0.0,), "softmax_scale": (0.2, None), "causal": (True, False),
+                     "window_size": ((-1, -1), (4, 0)), "softcap": (0.0, 1.0),
+                     "alibi_slopes": (torch.zeros(n, device=device),), "deterministic": (True, False),
+                     "return_attn_probs": (False,)}
+        kwargs = {name: _value(rng, *choices) for name, choices in valid.items() if rng.random() < 0.3}
+        try:
+            fn(*tensors, **kwargs)
+        except CLEAR_ERRORS:
+            continue
+        except Exception as e:  # noqa: BLE001
+            raise AssertionError(f"call {call}: {fn.__name__}: {type(e).__name__}: {e}; "
+                                 f"{[(tuple(a.shape), a.dtype, a.device) for a in tensors]}, {kwargs}") from e
+        raise AssertionError(f"call {call}: {fn.__name__} returned on {device} tensors: {kwargs}")
