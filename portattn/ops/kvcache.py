@@ -284,6 +284,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                                                              "bottom-right", window, softcap, alibi_slopes, None)
     if problem:
         raise problem.error
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
         raise RuntimeError("attention_with_kvcache is not differentiable (it serves generation); call it under "
                            "torch.no_grad()")

@@ -58,6 +58,7 @@ IDX = torch.zeros(2, dtype=torch.int32, device="meta")
     (dict(cache_leftpad=torch.zeros(2, dtype=torch.int32, device="meta")), None, None),
     (dict(window=(3,)), ValueError, "window must be a pair of ints"),
     (dict(softcap=-1.0), ValueError, "softcap must be a finite number >= 0"),
+    (dict(return_lse=1), TypeError, "return_lse must be a bool, got int"),
     (dict(alibi_slopes=torch.zeros(2, 8, device="meta")), None, None),
     (dict(alibi_slopes=torch.zeros(3, 8, device="meta")), ValueError, r"alibi_slopes must be float32 \[heads_q\]"),
     (dict(alibi_slopes=torch.zeros(2, device="meta")), ValueError, "heads_q = 8"),

@@ -48,6 +48,8 @@ def test_cpu_error_says_gpu_needed_even_when_empty():
     ({"scale": "0.1"}, TypeError, "scale must be a finite real number"),
     ({"scale": float("nan")}, TypeError, "scale must be a finite real number"),
     ({"scale": True}, TypeError, "scale must be"),
+    ({"return_lse": 1}, TypeError, "return_lse must be a bool, got int"),
+    ({"softcap": torch.zeros(2)}, ValueError, "softcap must be a finite number >= 0"),
 ])
 def test_bad_options(kwargs, exc, match):
     q = t(1, 1, 4, 64, device="meta")
@@ -68,10 +70,29 @@ def test_inputs_that_require_grad_pass_the_checks():
     ({"attn_mask": t(8, 8, dtype=torch.int32)}, TypeError, "attn_mask must be torch.bool or torch.float32"),
     ({"attn_mask": t(8, 8), "is_causal": True}, ValueError, "attn_mask and is_causal cannot both be set"),
     ({"dropout_p": 0.1}, NotImplementedError, "dropout_p=0.1"),
+    ({"dropout_p": torch.zeros(())}, TypeError, "dropout_p a number"),
 ])
 def test_sdpa_unsupported_arguments(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         portattn.scaled_dot_product_attention(Q, Q, Q, **kwargs)
+
+
+BSHD = t(2, 8, 4, 64)
+
+
+@pytest.mark.parametrize("args, kwargs, exc, match", [
+    ((t(2, 8, 64), BSHD, BSHD), {}, ValueError,
+     r"q must be a 4-D \[batch, seq, heads, head_dim\] tensor, got shape \(2, 8, 64\)"),
+    ((BSHD, [0.0], BSHD), {}, TypeError, "k must be a torch.Tensor, got list"),
+    ((BSHD, BSHD, BSHD), {"dropout_p": torch.zeros(())}, TypeError, "dropout_p must be a number, got Tensor"),
+    ((BSHD, BSHD, BSHD), {"return_attn_probs": 1}, TypeError, "return_attn_probs must be a bool, got int"),
+    ((BSHD, BSHD, BSHD), {"return_attn_probs": True}, NotImplementedError, "return_attn_probs=True"),
+])
+def test_flash_attn_func_bad_arguments(args, kwargs, exc, match):
+    from portattn.flash_attn import flash_attn_func
+
+    with pytest.raises(exc, match=match):
+        flash_attn_func(*args, **kwargs)
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
