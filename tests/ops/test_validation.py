@@ -153,6 +153,21 @@ def _tensor(rng, dims=None, device=None):
     return x
 
 
+def _expect_clear_error(call, fn, args, kwargs):
+    """``fn(*args, **kwargs)`` ends in one of CLEAR_ERRORS."""
+    try:
+        fn(*args, **kwargs)
+    except CLEAR_ERRORS:
+        return
+    except Exception as e:  # noqa: BLE001
+        raise AssertionError(f"call {call}: {fn.__name__}: {type(e).__name__}: {e}; {_describe(args)}, {kwargs}") from e
+    raise AssertionError(f"call {call}: {fn.__name__} returned on {_describe(args)}, {kwargs}")
+
+
+def _describe(args):
+    return [(tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args]
+
+
 def _value(rng, *valid):
     """One of ``valid`` or a malformed value of a random kind."""
     odd = (None, True, -1, 0, 3, 1.5, float("nan"), float("inf"), -0.5, "x", [1, 2], (1, 2, 3), (-2, 4), (4, -1),
@@ -176,14 +191,7 @@ def test_fuzz_bad_arguments_of_attention():
                  "alibi_slopes": (torch.zeros(hq, device=device),),
                  "attn_mask": (torch.ones(n, n, dtype=torch.bool, device=device),), "out": (torch.empty_like(good),)}
         kwargs = {name: _value(rng, *valid[name]) for name in names if rng.random() < 0.3}
-        try:
-            portattn.attention(q, k, v, **kwargs)
-        except CLEAR_ERRORS:
-            continue
-        except Exception as e:  # noqa: BLE001
-            raise AssertionError(f"call {call}: {type(e).__name__}: {e}; q {tuple(q.shape)} {q.dtype} {q.device}, "
-                                 f"k {tuple(k.shape)}, v {tuple(v.shape)}, {kwargs}") from e
-        raise AssertionError(f"call {call} returned on {q.device} tensors: {kwargs}")
+        _expect_clear_error(call, portattn.attention, (q, k, v), kwargs)
 
 
 def test_fuzz_bad_arguments_of_attention_with_kvcache():
@@ -205,14 +213,7 @@ def test_fuzz_bad_arguments_of_attention_with_kvcache():
                  "cache_leftpad": (torch.zeros(b, dtype=torch.int32, device=device),)}
         kwargs = {name: _value(rng, *choices) for name, choices in valid.items()
                   if name == "cache_seqlens" or rng.random() < 0.25}
-        try:
-            portattn.attention_with_kvcache(*args, **kwargs)
-        except CLEAR_ERRORS:
-            continue
-        except Exception as e:  # noqa: BLE001
-            raise AssertionError(f"call {call}: {type(e).__name__}: {e}; "
-                                 f"{[(tuple(a.shape), a.dtype, a.device) for a in args]}, {kwargs}") from e
-        raise AssertionError(f"call {call} returned on {device} tensors: {kwargs}")
+        _expect_clear_error(call, portattn.attention_with_kvcache, args, kwargs)
 
 
 def test_fuzz_bad_arguments_of_sdpa_and_flash_attn():
@@ -236,11 +237,4 @@ def test_fuzz_bad_arguments_of_sdpa_and_flash_attn():
                      "alibi_slopes": (torch.zeros(n, device=device),), "deterministic": (True, False),
                      "return_attn_probs": (False,)}
         kwargs = {name: _value(rng, *choices) for name, choices in valid.items() if rng.random() < 0.3}
-        try:
-            fn(*tensors, **kwargs)
-        except CLEAR_ERRORS:
-            continue
-        except Exception as e:  # noqa: BLE001
-            raise AssertionError(f"call {call}: {fn.__name__}: {type(e).__name__}: {e}; "
-                                 f"{[(tuple(a.shape), a.dtype, a.device) for a in tensors]}, {kwargs}") from e
-        raise AssertionError(f"call {call}: {fn.__name__} returned on {device} tensors: {kwargs}")
+        _expect_clear_error(call, fn, tensors, kwargs)
