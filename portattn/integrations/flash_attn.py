@@ -145,7 +145,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     batch = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q, None)
     _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q, batch)
     max_q, max_k = _check_max("max_seqlen_q", max_seqlen_q), _check_max("max_seqlen_k", max_seqlen_k)
-    if alibi_slopes is not None and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != batch:
+    if isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != batch:
         raise ValueError(f"alibi_slopes has {alibi_slopes.shape[0]} rows but there are {batch} sequences")
     masks = ops.mask_args(q, k, causal, "bottom-right", _window(causal, window_size), softcap, alibi_slopes, None,
                           (cu_seqlens_q, cu_seqlens_k, max_q, max_k))
@@ -212,8 +212,10 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise ValueError(f"window_size must be a pair (left, right), got {window_size!r}")
     local = tuple(window_size) != (-1, -1)
-    if not isinstance(q, torch.Tensor) or not isinstance(k_cache, torch.Tensor):
-        raise TypeError("q and k_cache must be torch.Tensors")
+    _check_dims("q", q, "[batch, seq, heads, head_dim]")
+    _check_dims("k_cache", k_cache, "[batch, capacity, heads_kv, head_dim]")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     batch = q.shape[0]
     if cache_seqlens is None:
         cache_seqlens = torch.full((batch,), k_cache.shape[1], dtype=torch.int32, device=q.device)
@@ -226,8 +228,11 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if rotary_cos is not None:
         if k is None:
             raise ValueError("rotary_cos / rotary_sin need the new k and v (rotary embedding applies to new keys)")
+        _check_dims("k", k, "[batch, seq_new, heads_kv, head_dim]")
         if not isinstance(rotary_cos, torch.Tensor) or not isinstance(rotary_sin, torch.Tensor):
             raise TypeError("rotary_cos and rotary_sin must be torch.Tensors")
+        if not isinstance(rotary_interleaved, bool):
+            raise TypeError(f"rotary_interleaved must be a bool, got {type(rotary_interleaved).__name__}")
         if rotary_cos.dim() != 2 or rotary_sin.shape != rotary_cos.shape or 2 * rotary_cos.shape[1] > q.shape[-1]:
             raise ValueError("rotary_cos and rotary_sin must be [seqlen_ro, rotary_dim / 2] with rotary_dim <= "
                              f"head_dim, got {tuple(rotary_cos.shape)} and {tuple(rotary_sin.shape)}")

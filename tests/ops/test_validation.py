@@ -95,6 +95,30 @@ def test_flash_attn_func_bad_arguments(args, kwargs, exc, match):
         flash_attn_func(*args, **kwargs)
 
 
+PACKED, CU, Q1, CACHE = t(10, 4, 64), torch.tensor([0, 4, 10], dtype=torch.int32), t(2, 1, 4, 64), t(2, 32, 2, 64)
+NEW, ANGLES = t(2, 1, 2, 64), t(33, 16)
+
+
+@pytest.mark.parametrize("fn, args, kwargs, exc, match", [
+    ("flash_attn_varlen_func", (PACKED, PACKED, PACKED, CU, CU, 6, 6), {"alibi_slopes": (1, 2)}, TypeError,
+     "alibi_slopes must be a torch.Tensor, got tuple"),
+    ("flash_attn_with_kvcache", (Q1, t(64), CACHE), {}, ValueError,
+     r"k_cache must be a 4-D \[batch, capacity, heads_kv, head_dim\] tensor, got shape \(64,\)"),
+    ("flash_attn_with_kvcache", (t(64), CACHE, CACHE), {}, ValueError, "q must be a 4-D"),
+    ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), {"causal": 1}, TypeError, "causal must be a bool, got int"),
+    ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), dict(k=NEW, v=NEW, rotary_cos=ANGLES, rotary_sin=ANGLES,
+                                                         rotary_interleaved=1), TypeError,
+     "rotary_interleaved must be a bool, got int"),
+    ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), dict(k=t(2, 64), v=NEW, rotary_cos=ANGLES, rotary_sin=ANGLES),
+     ValueError, "k must be a 4-D"),
+])
+def test_flash_attn_packed_and_cache_bad_arguments(fn, args, kwargs, exc, match):
+    import portattn.flash_attn
+
+    with pytest.raises(exc, match=match):
+        getattr(portattn.flash_attn, fn)(*args, **kwargs)
+
+
 @pytest.mark.parametrize("kwargs, exc, match", [
     ({"causal_align": "middle"}, ValueError, "causal_align must be"),
     ({"window": (3,)}, ValueError, "window must be a pair of ints"),
@@ -238,3 +262,37 @@ def test_fuzz_bad_arguments_of_sdpa_and_flash_attn():
                      "return_attn_probs": (False,)}
         kwargs = {name: _value(rng, *choices) for name, choices in valid.items() if rng.random() < 0.3}
         _expect_clear_error(call, fn, tensors, kwargs)
+
+
+def test_fuzz_bad_arguments_of_the_flash_attn_packed_and_cache_functions():
+    """flash_attn_varlen_func and flash_attn_with_kvcache on random, mostly malformed arguments."""
+    from portattn.flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
+
+    rng = _rng()
+    for call in range(300):
+        device = rng.choice(("cpu", "meta"))
+        if rng.random() < 0.5:
+            fn = flash_attn_varlen_func
+            packed = torch.zeros(10, 4, 64, dtype=torch.float16, device=device)
+            cu = torch.tensor([0, 4, 10], dtype=torch.int32, device=device)
+            args = [packed if rng.random() < 0.8 else _tensor(rng) for _ in range(3)]
+            args += [cu if rng.random() < 0.8 else _value(rng) for _ in range(2)]
+            args += [_value(rng, 6, 10) for _ in range(2)]
+            valid = {"dropout_p": (0.0,), "softmax_scale": (0.2, None), "causal": (True, False),
+                     "window_size": ((-1, -1), (4, 0)), "softcap": (0.0, 1.0), "deterministic": (True, False),
+                     "alibi_slopes": (torch.zeros(2, 4, device=device),), "return_attn_probs": (False,),
+                     "block_table": (None,)}
+        else:
+            fn = flash_attn_with_kvcache
+            q = torch.zeros(2, 1, 4, 64, dtype=torch.float16, device=device)
+            cache = torch.zeros(2, 32, 2, 64, dtype=torch.float16, device=device)
+            args = [q if rng.random() < 0.8 else _tensor(rng)] + [cache if rng.random() < 0.8 else _tensor(rng)
+                                                                  for _ in range(2)]
+            new = torch.zeros(2, 1, 2, 64, dtype=torch.float16, device=device)
+            angles = torch.zeros(33, 16, device=device)
+            valid = {"k": (new, None), "v": (new, None), "rotary_cos": (angles,), "rotary_sin": (angles,),
+                     "cache_seqlens": (5, torch.full((2,), 5, dtype=torch.int32, device=device)),
+                     "softmax_scale": (0.2,), "causal": (True,), "window_size": ((-1, -1),), "softcap": (0.0,),
+                     "rotary_interleaved": (True, False), "num_splits": (0, 2), "return_softmax_lse": (True,)}
+        kwargs = {name: _value(rng, *choices) for name, choices in valid.items() if rng.random() < 0.3}
+        _expect_clear_error(call, fn, args, kwargs)
