@@ -16,7 +16,7 @@ import torch
 
 from ..ops import attention as ops
 from ..ops.kvcache import attention_with_kvcache
-from ..ops.support import qkv_problem
+from ..ops.support import check_dims, qkv_problem
 
 __all__ = [
     "flash_attn_func",
@@ -58,7 +58,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     ``[batch, seq_q, heads_q, d]``. Differentiable."""
     _refuse(dropout_p, return_attn_probs)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_dims(name, t, "[batch, seq, heads, head_dim]")
+        check_dims(name, t, 4, "[batch, seq, heads, head_dim]")
     window = _window(causal, window_size)
     # portattn.attention on the [batch, heads, seq, d] views, which replays a repeated call (ops/eager.py)
     out = ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal, scale=softmax_scale,
@@ -88,21 +88,10 @@ def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = 0.0, softmax
                            softcap, alibi_slopes, deterministic, return_attn_probs)
 
 
-def _check_dims(name: str, t: object, layout: str) -> None:
-    """``t`` is a tensor with a dimension per name of ``layout`` ("[batch, seq, heads, head_dim]")."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    dims = layout.count(",") + 1
-    if t.dim() != dims:
-        raise ValueError(f"{name} must be a {dims}-D {layout} tensor, got shape {tuple(t.shape)}")
-
-
 def _check_packed(name: str, t: object, dims: int, parts: int) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != dims or t.shape[dims - 3] != parts:
-        layout = "[batch, seq, {p}, heads, head_dim]" if dims == 5 else "[total, {p}, heads, head_dim]"
-        raise ValueError(f"{name} must be {layout.format(p=parts)}, got shape {tuple(t.shape)}")
+    layout = ("[batch, seq, {p}, heads, head_dim]" if dims == 5 else "[total, {p}, heads, head_dim]").format(p=parts)
+    if check_dims(name, t, dims, layout).shape[dims - 3] != parts:
+        raise ValueError(f"{name} must be {layout}, got shape {tuple(t.shape)}")
 
 
 def _check_cu_seqlens(name: str, cu: object, q: torch.Tensor, batch: Optional[int]) -> int:
@@ -137,7 +126,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
         raise NotImplementedError("block_table is not supported by portattn's flash_attn_varlen_func (paged KV "
                                   "caches: use flash_attn_with_kvcache)")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_dims(name, t, "[total_tokens, heads, head_dim]")
+        check_dims(name, t, 3, "[total_tokens, heads, head_dim]")
     problem = qkv_problem(q.unsqueeze(0).transpose(1, 2), k.unsqueeze(0).transpose(1, 2),
                           v.unsqueeze(0).transpose(1, 2))
     if problem:
@@ -212,8 +201,8 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise ValueError(f"window_size must be a pair (left, right), got {window_size!r}")
     local = tuple(window_size) != (-1, -1)
-    _check_dims("q", q, "[batch, seq, heads, head_dim]")
-    _check_dims("k_cache", k_cache, "[batch, capacity, heads_kv, head_dim]")
+    check_dims("q", q, 4, "[batch, seq, heads, head_dim]")
+    check_dims("k_cache", k_cache, 4, "[batch, capacity, heads_kv, head_dim] or pages")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     batch = q.shape[0]
@@ -228,7 +217,7 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if rotary_cos is not None:
         if k is None:
             raise ValueError("rotary_cos / rotary_sin need the new k and v (rotary embedding applies to new keys)")
-        _check_dims("k", k, "[batch, seq_new, heads_kv, head_dim]")
+        check_dims("k", k, 4, "[batch, seq_new, heads_kv, head_dim]")
         if not isinstance(rotary_cos, torch.Tensor) or not isinstance(rotary_sin, torch.Tensor):
             raise TypeError("rotary_cos and rotary_sin must be torch.Tensors")
         if not isinstance(rotary_interleaved, bool):

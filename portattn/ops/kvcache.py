@@ -27,7 +27,7 @@ from ..kernels.variant import HEAD_DIMS
 from . import eager
 from .attention import _kernel_layout
 from .eager import in_kernel_layout
-from .support import SUPPORTED_DTYPES, mask_problem, options_problem
+from .support import SUPPORTED_DTYPES, check_dims, mask_problem, options_problem
 
 PAGE_MULTIPLE = 16
 
@@ -128,14 +128,6 @@ def _kvcache_fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return torch.empty_like(q), _new_lse(q, return_lse)
 
 
-def _check_4d(name: str, t: object, dims: str) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != 4:
-        raise ValueError(f"{name} must be 4-D {dims}, got shape {tuple(t.shape)}")
-    return t
-
-
 def _check_index(name: str, t: object, batch: int, device: torch.device,
                  expected: str = "an int32 tensor") -> Optional[list[int]]:
     """An int32 ``[batch]`` tensor on ``device`` or the CPU (``expected`` names what the argument may be); its
@@ -155,9 +147,9 @@ def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k
            cache_leftpad: object = None) -> int:
     """Validate without touching the device; returns the largest number of keys of a sequence (-1: not known,
     the lengths live on the device, where the kernels check them, as they check index tensors there)."""
-    q = _check_4d("q", q, "[batch, seqlen_q, heads, head_dim]")
-    k_cache = _check_4d("k_cache", k_cache, "[batch, capacity, heads_kv, head_dim] or pages")
-    v_cache = _check_4d("v_cache", v_cache, "[batch, capacity, heads_kv, head_dim] or pages")
+    q = check_dims("q", q, 4, "[batch, seqlen_q, heads, head_dim]")
+    k_cache = check_dims("k_cache", k_cache, 4, "[batch, capacity, heads_kv, head_dim] or pages")
+    v_cache = check_dims("v_cache", v_cache, 4, "[batch, capacity, heads_kv, head_dim] or pages")
     if q.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"q has dtype {q.dtype}; supported: torch.float32, torch.float16, torch.bfloat16")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -208,8 +200,8 @@ def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k
     if (k is None) != (v is None):
         raise ValueError("k and v must be given together (new keys and values to append) or not at all")
     if k is not None:
-        k = _check_4d("k", k, "[batch, seqlen_new, heads_kv, head_dim]")
-        v = _check_4d("v", v, "[batch, seqlen_new, heads_kv, head_dim]")
+        k = check_dims("k", k, 4, "[batch, seqlen_new, heads_kv, head_dim]")
+        v = check_dims("v", v, 4, "[batch, seqlen_new, heads_kv, head_dim]")
         for name, t in (("k", k), ("v", v)):
             if t.shape[0] != batch or t.shape[2:] != k_cache.shape[2:] or t.dtype != q.dtype or t.device != q.device:
                 raise ValueError(f"{name} must be [batch={batch}, seqlen_new, {heads_kv}, {head_dim}] of {q.dtype} "

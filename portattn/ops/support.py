@@ -26,6 +26,16 @@ class Unsupported:
     error: Exception
 
 
+def check_dims(name: str, t: object, dims: int, layout: str) -> torch.Tensor:
+    """``t``, checked to be a ``dims``-D tensor (``layout`` names its dimensions in the message); raises a TypeError
+    or ValueError naming ``name`` otherwise."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-D {layout}, got shape {tuple(t.shape)}")
+    return t
+
+
 def _tensor_problem(name: str, t: object) -> Unsupported | None:
     if not isinstance(t, torch.Tensor):
         return Unsupported("ndim", TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}"))

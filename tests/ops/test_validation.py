@@ -82,7 +82,7 @@ BSHD = t(2, 8, 4, 64)
 
 @pytest.mark.parametrize("args, kwargs, exc, match", [
     ((t(2, 8, 64), BSHD, BSHD), {}, ValueError,
-     r"q must be a 4-D \[batch, seq, heads, head_dim\] tensor, got shape \(2, 8, 64\)"),
+     r"q must be 4-D \[batch, seq, heads, head_dim\], got shape \(2, 8, 64\)"),
     ((BSHD, [0.0], BSHD), {}, TypeError, "k must be a torch.Tensor, got list"),
     ((BSHD, BSHD, BSHD), {"dropout_p": torch.zeros(())}, TypeError, "dropout_p must be a number, got Tensor"),
     ((BSHD, BSHD, BSHD), {"return_attn_probs": 1}, TypeError, "return_attn_probs must be a bool, got int"),
@@ -103,14 +103,15 @@ NEW, ANGLES = t(2, 1, 2, 64), t(33, 16)
     ("flash_attn_varlen_func", (PACKED, PACKED, PACKED, CU, CU, 6, 6), {"alibi_slopes": (1, 2)}, TypeError,
      "alibi_slopes must be a torch.Tensor, got tuple"),
     ("flash_attn_with_kvcache", (Q1, t(64), CACHE), {}, ValueError,
-     r"k_cache must be a 4-D \[batch, capacity, heads_kv, head_dim\] tensor, got shape \(64,\)"),
-    ("flash_attn_with_kvcache", (t(64), CACHE, CACHE), {}, ValueError, "q must be a 4-D"),
+     r"k_cache must be 4-D \[batch, capacity, heads_kv, head_dim\] or pages, got shape \(64,\)"),
+    ("flash_attn_with_kvcache", (t(64), CACHE, CACHE), {}, ValueError,
+     r"q must be 4-D \[batch, seq, heads, head_dim\], got shape \(64,\)"),
     ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), {"causal": 1}, TypeError, "causal must be a bool, got int"),
     ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), dict(k=NEW, v=NEW, rotary_cos=ANGLES, rotary_sin=ANGLES,
                                                          rotary_interleaved=1), TypeError,
      "rotary_interleaved must be a bool, got int"),
     ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), dict(k=t(2, 64), v=NEW, rotary_cos=ANGLES, rotary_sin=ANGLES),
-     ValueError, "k must be a 4-D"),
+     ValueError, r"k must be 4-D \[batch, seq_new, heads_kv, head_dim\], got shape \(2, 64\)"),
 ])
 def test_flash_attn_packed_and_cache_bad_arguments(fn, args, kwargs, exc, match):
     import portattn.flash_attn
