@@ -203,7 +203,7 @@ def _positive(text: str) -> int:
 def _warmup(archs: list[str] | None, jobs: int | None) -> int:
     from ..errors import PortattnError
     from ..runtime.cache import DiskCache
-    from .report import cpus, report_rows
+    from .report import report_rows
 
     try:
         targets = _parse_targets(archs)
@@ -223,7 +223,7 @@ def _warmup(archs: list[str] | None, jobs: int | None) -> int:
                   flush=True)
 
         try:
-            report_rows(target, cache, progress, jobs=jobs or cpus())
+            report_rows(target, cache, progress, jobs=jobs)
         except (PortattnError, ImportError, OSError) as exc:
             print(f"{target.arch}: skipped: {exc}", flush=True)
             status = 1
@@ -279,10 +279,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo()
     if args.cmd == "report":
-        from .report import REPORT_ARCHS, cpus, print_report
+        from .report import REPORT_ARCHS, print_report
 
-        return print_report(list(REPORT_ARCHS) if args.arch == "all" else [args.arch], args.rocm,
-                            args.jobs or cpus())
+        return print_report(list(REPORT_ARCHS) if args.arch == "all" else [args.arch], args.rocm, args.jobs)
     if args.cmd == "bench":
         return _bench(args)
     if args.cmd == "plot":

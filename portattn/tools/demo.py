@@ -14,10 +14,10 @@ from .reference import reference_attention, relative_error
 def demo() -> int:
     """Check and time attention on the GPU; without one, print the resource report."""
     if not torch.cuda.is_available():
-        from .report import REPORT_ARCHS, cpus, print_report
+        from .report import REPORT_ARCHS, print_report
 
         print("No GPU found: compiling every kernel variant instead (the resource report).")
-        return print_report(list(REPORT_ARCHS), jobs=cpus())
+        return print_report(list(REPORT_ARCHS))
 
     dev = torch.device("cuda")
     print(f"portattn {__version__} on {torch.cuda.get_device_name()} — target {target_for(dev)}")

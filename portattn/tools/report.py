@@ -34,11 +34,6 @@ class ReportRow:
     occupancy: str
 
 
-def cpus() -> int:
-    """The CPUs this process may run on: the default number of compiler processes."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def _compile_timed(spec: KernelSpec, target: Target, directory: Path,
                    toolchain: Toolchain | None) -> tuple[CompiledKernel, float]:
     start = time.perf_counter()
@@ -48,13 +43,16 @@ def _compile_timed(spec: KernelSpec, target: Target, directory: Path,
 
 def report_rows(target: Target, cache: DiskCache | None = None,
                 progress: Callable[[int, int, CompiledKernel, float], None] | None = None,
-                toolchain: Toolchain | None = None, jobs: int = 1) -> list[ReportRow]:
+                toolchain: Toolchain | None = None, jobs: int | None = None) -> list[ReportRow]:
     """Compile (or read from the cache) every shipped variant of every family for ``target``, with ``toolchain``
-    (AMD only; default: the system's compiler), in ``jobs`` processes (1: in this one, in order; more start new
-    Python processes, so a script that calls this needs the ``if __name__ == "__main__":`` guard).
+    (AMD only; default: the system's compiler), in ``jobs`` processes (None: one per CPU this process may run on;
+    1: in this one, in order; more start new Python processes, so a script that calls this needs the
+    ``if __name__ == "__main__":`` guard).
     ``progress(n, total, kernel, seconds)`` is called after each variant, ``n`` counting from 1 in the order they
     finish."""
     specs = shipped_variants(target)
+    if jobs is None:
+        jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     directory = (cache if cache is not None else DiskCache()).directory
     kernels: dict[int, CompiledKernel] = {}
 
@@ -98,10 +96,10 @@ def format_rows(rows: list[ReportRow]) -> str:
     return "\n".join(lines)
 
 
-def print_report(archs: list[str], rocm: str | None = None, jobs: int = 1) -> int:
+def print_report(archs: list[str], rocm: str | None = None, jobs: int | None = None) -> int:
     """Print the report of each arch (AMD ones compiled with the ROCm toolchain ``rocm``: None or "system" for this
-    machine's, else a toolchain name or a ROCm version), compiling in ``jobs`` processes; returns 1 when one could
-    not be made (its error is printed), else 0."""
+    machine's, else a toolchain name or a ROCm version), compiling in ``jobs`` processes (as ``report_rows``);
+    returns 1 when one could not be made (its error is printed), else 0."""
     status = 0
     for arch in archs:
         try:
