@@ -1,4 +1,5 @@
 import os
+import random
 from types import SimpleNamespace
 
 import pytest
@@ -41,13 +42,23 @@ def on_target(target):
         yield target
 
 
-@pytest.fixture
-def gen():
-    """A fresh, randomly seeded generator per test (the seed is printed on failure; PORTATTN_TEST_SEED=<seed>
-    replays it)."""
+def _test_seed() -> int:
+    """A fresh seed per test, printed (and so shown on failure); PORTATTN_TEST_SEED=<seed> replays it."""
     seed = int(os.environ.get("PORTATTN_TEST_SEED") or torch.seed() % 2**31)
     print(f"seed={seed}")
-    return torch.Generator(device="cuda").manual_seed(seed)
+    return seed
+
+
+@pytest.fixture
+def gen():
+    """A freshly seeded CUDA generator per test."""
+    return torch.Generator(device="cuda").manual_seed(_test_seed())
+
+
+@pytest.fixture
+def rng():
+    """A freshly seeded Python random generator per test (CPU tests' random draws)."""
+    return random.Random(_test_seed())
 
 
 def fake_props(arch: str, **extra):

@@ -428,7 +428,13 @@ EDGES = (1, 2, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 79, 80, 81, 127, 128, 129
 
 
 def draws(gen):
+    """The draws of a randomized test: from the seed of its inputs' generator, so that the seed replays both."""
     return random.Random(gen.initial_seed())
+
+
+def brief(options):
+    """Options for a failure message, tensors by their shapes."""
+    return {key: tuple(o.shape) if isinstance(o, torch.Tensor) else o for key, o in options.items()}
 
 
 def draw_length(rng, most=1100):
@@ -502,7 +508,7 @@ def test_fuzz_attention(gen, on_target):
             opts["deterministic"] = True
         what = dict(call=call, dtype=dtype, d=d, b=b, hq=hq, hk=hk, nq=nq, nk=nk,
                     strides=(q.stride(), k.stride(), v.stride()),
-                    opts={key: tuple(o.shape) if isinstance(o, torch.Tensor) else o for key, o in opts.items()})
+                    opts=brief(opts))
         try:
             check_attention(q, k, v, gen, **opts)
         except AssertionError as e:
@@ -600,7 +606,7 @@ def test_fuzz_sdpa_patch(gen, on_target):
         if rng.random() < 0.3:
             kwargs["scale"] = rng.uniform(0.01, 0.5)
         what = dict(call=call, dtype=dtype, d=d, b=b, hq=hq, hk=hk, nq=nq, nk=nk,
-                    kwargs={key: tuple(o.shape) if isinstance(o, torch.Tensor) else o for key, o in kwargs.items()})
+                    kwargs=brief(kwargs))
         leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
         with portattn.patch_sdpa() as stats:
             out = F.scaled_dot_product_attention(*leaves, **kwargs)

@@ -158,14 +158,6 @@ def test_out_argument_is_checked():
 CLEAR_ERRORS = (TypeError, ValueError, NotImplementedError)
 
 
-def _rng():
-    import random
-
-    seed = random.SystemRandom().randrange(2**31)
-    print(f"seed={seed}")
-    return random.Random(seed)
-
-
 def _tensor(rng, dims=None, device=None):
     dims = rng.choice((0, 1, 2, 3, 4, 4, 4, 5)) if dims is None else dims
     shape = [rng.choice((0, 1, 2, 3, 4, 8, 64)) for _ in range(dims)]
@@ -200,27 +192,23 @@ def _value(rng, *valid):
     return rng.choice(valid) if valid and rng.random() < 0.6 else rng.choice(odd)
 
 
-def test_fuzz_bad_arguments_of_attention():
-    rng = _rng()
+def test_fuzz_bad_arguments_of_attention(rng):
     for call in range(300):
         b, hq, n, d = rng.choice((1, 2)), rng.choice((2, 4)), rng.choice((1, 8)), rng.choice((32, 64, 48))
         dtype = rng.choice((torch.float16, torch.float32, torch.float64))
         device = rng.choice(("cpu", "meta"))
         good = torch.zeros(b, hq, n, d, dtype=dtype, device=device)
         q, k, v = (good if rng.random() < 0.7 else _tensor(rng) for _ in range(3))
-        names = ("causal", "scale", "return_lse", "deterministic", "causal_align", "window", "softcap",
-                 "alibi_slopes", "attn_mask", "out")
         valid = {"causal": (True, False), "scale": (0.1, None), "return_lse": (True, False),
                  "deterministic": (True, None), "causal_align": ("top-left", "bottom-right"),
                  "window": ((3, 0), (-1, 2)), "softcap": (0.0, 2.0),
                  "alibi_slopes": (torch.zeros(hq, device=device),),
                  "attn_mask": (torch.ones(n, n, dtype=torch.bool, device=device),), "out": (torch.empty_like(good),)}
-        kwargs = {name: _value(rng, *valid[name]) for name in names if rng.random() < 0.3}
+        kwargs = {name: _value(rng, *choices) for name, choices in valid.items() if rng.random() < 0.3}
         _expect_clear_error(call, portattn.attention, (q, k, v), kwargs)
 
 
-def test_fuzz_bad_arguments_of_attention_with_kvcache():
-    rng = _rng()
+def test_fuzz_bad_arguments_of_attention_with_kvcache(rng):
     for call in range(300):
         b, nq, hq, hk, d, cap = rng.choice((1, 2)), rng.choice((1, 3)), 4, 2, 64, 32
         device = rng.choice(("cpu", "meta"))
@@ -241,11 +229,10 @@ def test_fuzz_bad_arguments_of_attention_with_kvcache():
         _expect_clear_error(call, portattn.attention_with_kvcache, args, kwargs)
 
 
-def test_fuzz_bad_arguments_of_sdpa_and_flash_attn():
+def test_fuzz_bad_arguments_of_sdpa_and_flash_attn(rng):
     """portattn's scaled_dot_product_attention and flash_attn_func on random, mostly malformed arguments."""
     from portattn.flash_attn import flash_attn_func
 
-    rng = _rng()
     for call in range(300):
         b, h, n, d = rng.choice((1, 2)), rng.choice((2, 4)), rng.choice((1, 8)), rng.choice((32, 64, 48))
         device = rng.choice(("cpu", "meta"))
@@ -265,11 +252,10 @@ def test_fuzz_bad_arguments_of_sdpa_and_flash_attn():
         _expect_clear_error(call, fn, tensors, kwargs)
 
 
-def test_fuzz_bad_arguments_of_the_flash_attn_packed_and_cache_functions():
+def test_fuzz_bad_arguments_of_the_flash_attn_packed_and_cache_functions(rng):
     """flash_attn_varlen_func and flash_attn_with_kvcache on random, mostly malformed arguments."""
     from portattn.flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 
-    rng = _rng()
     for call in range(300):
         device = rng.choice(("cpu", "meta"))
         if rng.random() < 0.5:
