@@ -474,11 +474,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         record, result = eager.replay(q, k, v, causal, scale, True, out, deterministic, options)
         if result is not None:
             return result
-    problem = qkv_problem(q, k, v) or options_problem(causal, scale)
+    problem = qkv_problem(q, k, v) or options_problem(causal, scale, return_lse)
     if problem:
         raise problem.error
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     if deterministic is not None and not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
     masks = NO_MASKS

@@ -272,12 +272,10 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         return replay(q, k_cache, v_cache, cache_seqlens, k, v, block_table)
     max_keys = _check(q, k_cache, v_cache, cache_seqlens, k, v, block_table, num_splits, cache_batch_idx,
                       cache_leftpad)
-    problem = options_problem(causal, scale) or mask_problem(q.transpose(1, 2), k_cache.transpose(1, 2),
+    problem = options_problem(causal, scale, return_lse) or mask_problem(q.transpose(1, 2), k_cache.transpose(1, 2),
                                                              "bottom-right", window, softcap, alibi_slopes, None)
     if problem:
         raise problem.error
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
         raise RuntimeError("attention_with_kvcache is not differentiable (it serves generation); call it under "
                            "torch.no_grad()")

@@ -91,9 +91,11 @@ def gpu_problem(q: torch.Tensor) -> Unsupported | None:
     return None
 
 
-def options_problem(causal: object, scale: object) -> Unsupported | None:
+def options_problem(causal: object, scale: object, return_lse: object = False) -> Unsupported | None:
     if not isinstance(causal, bool):
         return Unsupported("arguments", TypeError(f"causal must be a bool, got {type(causal).__name__}"))
+    if not isinstance(return_lse, bool):
+        return Unsupported("arguments", TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}"))
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale)):
         return Unsupported("arguments", TypeError(f"scale must be a finite real number or None, got {scale!r}"))
     return None
