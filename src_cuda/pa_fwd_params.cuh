@@ -37,6 +37,9 @@ struct PaFwdParams {
     float softcap;                  // > 0: logits are softcap tanh(scale s / softcap)
     int num_m_blocks;               // ceil(seqlen_q / PA_BLOCK_M)
     int num_units;                  // persistent kernels: units of work (below)
+    // Persistent kernels split a unit's index with these (pa_div): units per (batch, head) (below), heads_q, and
+    // heads_q / heads_kv.
+    PaDiv units_div, heads_div, group_div;
 };
 
 // The (batch, head), key/value head and first query row of this block's work (block_m query rows of one head).
@@ -45,13 +48,10 @@ struct PaFwdParams {
 struct PaBlock {
     int b, h, h_kv, row0;
 };
-PA_DEVICE PaBlock pa_head_block(const PaFwdParams& p, int block_m, int bh, int m_block) {
-    const int h = bh % p.heads_q;
-    return PaBlock{bh / p.heads_q, h, h / (p.heads_q / p.heads_kv), m_block * block_m};
-}
 PA_DEVICE PaBlock pa_block_coords(const PaFwdParams& p, int block_m) {
-    const int work = blockIdx.x;
-    return pa_head_block(p, block_m, work / p.num_m_blocks, p.num_m_blocks - 1 - work % p.num_m_blocks);
+    const int work = blockIdx.x, bh = work / p.num_m_blocks, h = bh % p.heads_q;
+    return PaBlock{bh / p.heads_q, h, h / (p.heads_q / p.heads_kv),
+                   (p.num_m_blocks - 1 - work % p.num_m_blocks) * block_m};
 }
 
 // Persistent kernels: block i takes the units of work i, i + gridDim.x, ... A unit is one query block or, under a
@@ -59,19 +59,17 @@ PA_DEVICE PaBlock pa_block_coords(const PaFwdParams& p, int block_m) {
 // and the k-th lightest, so that the units cost the same (but for the middle block of an odd count, alone).
 // Consecutive units take one (batch, head), heavy ones first, like pa_block_coords; a pair runs its light block
 // first, so that the heavy one starts on the keys the light one has just read, still in the L2 cache. The host counts
-// them (num_units: batch * heads_q * pa_units_per_head) and sizes the grid by that count (forward.py).
+// them (num_units: batch * heads_q units per head, units_div: num_m_blocks, halved rounding up for pairs) and sizes
+// the grid by that count (forward.py).
 PA_DEVICE bool pa_paired_units(const PaFwdParams& p) { return p.window_right != PA_MASK_NONE; }
-PA_DEVICE int pa_units_per_head(const PaFwdParams& p) {
-    return pa_paired_units(p) ? (p.num_m_blocks + 1) / 2 : p.num_m_blocks;
-}
 // The query blocks of a unit (1 or 2).
 PA_DEVICE int pa_unit_parts(const PaFwdParams& p, int unit) {
-    const int k = unit % pa_units_per_head(p);
-    return pa_paired_units(p) && 2 * k + 1 < p.num_m_blocks ? 2 : 1;
+    return pa_paired_units(p) && 2 * pa_mod(p.units_div, unit) + 1 < p.num_m_blocks ? 2 : 1;
 }
 // Query block `part` of a unit: of a pair the light one (0), then the heavy one (1).
 PA_DEVICE PaBlock pa_unit_block(const PaFwdParams& p, int block_m, int unit, int part) {
-    const int per_head = pa_units_per_head(p), k = unit % per_head;
+    const int bh = pa_div(p.units_div, unit), k = unit - bh * p.units_div.d;
+    const int b = pa_div(p.heads_div, bh), h = bh - b * p.heads_q;
     const bool light = pa_paired_units(p) && part == 0;
-    return pa_head_block(p, block_m, unit / per_head, light ? k : p.num_m_blocks - 1 - k);
+    return PaBlock{b, h, pa_div(p.group_div, h), (light ? k : p.num_m_blocks - 1 - k) * block_m};
 }

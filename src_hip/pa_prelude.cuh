@@ -35,6 +35,16 @@ typedef long long pa_i64;
 struct alignas(64) PaTensorMap {
     unsigned long long words[16];
 };
+// A divisor d >= 1 with the multiplier and shift that divide by it (pa_div), made by the host (runtime/params.py,
+// divisor): kernels that take work items in a loop split each item's index without an integer division.
+struct PaDiv {
+    int d;
+    unsigned mul;
+    int shift;
+};
+// x / d for 0 <= x < 2^31: floor(x (2^32 + mul) / 2^(32 + shift)), exact where 2^(shift - 1) < d <= 2^shift.
+PA_DEVICE int pa_div(const PaDiv& v, int x) { return (int)((__umulhi((unsigned)x, v.mul) + (unsigned)x) >> v.shift); }
+PA_DEVICE int pa_mod(const PaDiv& v, int x) { return x - pa_div(v, x) * v.d; }
 
 // ---- lanes and waves -------------------------------------------------------------------------------------
 

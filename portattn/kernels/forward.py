@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..runtime import loader
-from ..runtime.params import struct_from_header
+from ..runtime.params import divisor, struct_from_header
 from ..runtime.target import Target
 from .masking import CAUSAL, NONE, PLAIN, Masking, call_fields, set_mask_fields
 from .variant import (
@@ -391,9 +391,11 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
         raise ValueError(f"problem too large: {items} blocks (batch * heads * query blocks must be < 2**31)")
     # Persistent kernels take units of work in turn: under a right window bound (causal) a unit pairs the k-th
     # heaviest query block of a head with the k-th lightest (pa_fwd_params.cuh).
-    units = batch * heads_q * (-(-num_m_blocks // 2) if masking.right != NONE else num_m_blocks)
+    per_head = -(-num_m_blocks // 2) if masking.right != NONE else num_m_blocks
     p = FwdParams(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-                  total_q=q.shape[2], total_k=k.shape[2], num_m_blocks=num_m_blocks, num_units=units)
+                  total_q=q.shape[2], total_k=k.shape[2], num_m_blocks=num_m_blocks,
+                  num_units=batch * heads_q * per_head, units_div=divisor(per_head), heads_div=divisor(heads_q),
+                  group_div=divisor(heads_q // heads_kv))
     set_strides(p, {"q": q, "k": k, "v": v, "o": out})
     if lse is not None:
         p.lse_sb, p.lse_sh = (0, lse.stride(0)) if masking.varlen else (lse.stride(0), lse.stride(1))
@@ -408,5 +410,5 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
             tensors["map_o"] = (out, 64)
             maps += (("map_o", "o"),)
         set_tensor_maps(p, target, spec.dtype, tensors)
-        grid = min(units, resident_blocks(spec, target))  # persistent: as many blocks as the GPU holds at once
+        grid = min(p.num_units, resident_blocks(spec, target))  # persistent: as many blocks as the GPU holds at once
     return loader.Launch(target, fn, grid, spec.tile.threads, spec.smem_bytes, p, tensor_maps=maps)

@@ -13,6 +13,21 @@ import re
 
 from .sources import read_header
 
+
+class PaDiv(ctypes.Structure):
+    """Host mirror of PaDiv (pa_prelude.cuh): a divisor with the multiplier and shift of pa_div."""
+    _fields_ = [("d", ctypes.c_int32), ("mul", ctypes.c_uint32), ("shift", ctypes.c_int32)]
+
+
+def divisor(d: int) -> PaDiv:
+    """PaDiv for ``d`` (1 <= d < 2**31): with shift = ceil(log2 d) and mul = floor(2**32 (2**shift - d) / d) + 1,
+    floor(x (2**32 + mul) / 2**(32 + shift)) is x // d for every 0 <= x < 2**31 (the error term stays below 1 / d)."""
+    if not 1 <= d < 2**31:
+        raise ValueError(f"divisor: expected 1 <= d < 2**31, got {d}")
+    shift = (d - 1).bit_length()
+    return PaDiv(d, (2**32 * (2**shift - d)) // d + 1, shift)
+
+
 # Member types of the parameter structs and their ctypes equivalents (device pointers are plain addresses).
 CTYPES: dict[str, type] = {
     "int": ctypes.c_int32,
@@ -21,6 +36,7 @@ CTYPES: dict[str, type] = {
     "pa_i64": ctypes.c_int64,
     "pointer": ctypes.c_void_p,
     "PaTensorMap": ctypes.c_uint64 * 16,  # 128 bytes, aligned to 64 on the device (see struct_from_header)
+    "PaDiv": PaDiv,
 }
 _MAP_ALIGN = 64  # alignas of PaTensorMap
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from portattn.runtime.params import struct_fields, struct_from_header
+from portattn.runtime.params import divisor, struct_fields, struct_from_header
 from portattn.runtime.sources import KernelSource, read_header, read_source
 
 # Every parameter struct a kernel takes: (header, struct).
@@ -87,3 +87,28 @@ def test_a_moved_member_changes_the_mirror():
 def test_unknown_members_are_refused(text, match):
     with pytest.raises(ValueError, match=match):
         struct_fields(text, "S")
+
+
+def _device_div(v, x: int) -> int:
+    """pa_div as the device computes it, in 32-bit unsigned arithmetic."""
+    return ((((x * v.mul) >> 32) + x) & 0xFFFFFFFF) >> v.shift
+
+
+def test_divisor_divides_exactly():
+    import random
+
+    rng = random.Random(0)
+    for d in list(range(1, 2049)) + [rng.randrange(2049, 2**31) for _ in range(2000)] + [2**30, 2**31 - 1]:
+        v = divisor(d)
+        assert 0 <= v.mul < 2**32 and v.d == d
+        xs = [0, 1, d - 1, d, d + 1, 2**31 - 1, 2**31 - 1 - (2**31 - 1) % d, 2**31 - 2 - (2**31 - 1) % d]
+        xs += [rng.randrange(2**31) for _ in range(50)] + [rng.randrange(64 * d) for _ in range(50)]
+        for x in xs:
+            if 0 <= x < 2**31:
+                assert _device_div(v, x) == x // d, (d, x)
+
+
+@pytest.mark.parametrize("d", [0, -3, 2**31])
+def test_divisor_refuses_what_it_cannot_divide_by(d):
+    with pytest.raises(ValueError, match="divisor"):
+        divisor(d)
