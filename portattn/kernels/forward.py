@@ -390,11 +390,12 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, 
     if items >= 2**31:
         raise ValueError(f"problem too large: {items} blocks (batch * heads * query blocks must be < 2**31)")
     # Persistent kernels take units of work in turn: under a right window bound (causal) a unit pairs the k-th
-    # heaviest query block of a head with the k-th lightest (pa_fwd_params.cuh).
+    # heaviest query block of a head with the k-th lightest (pa_fwd_params.cuh). (Packed sequences with no query rows
+    # at all have no units: the divisor is then never used.)
     per_head = -(-num_m_blocks // 2) if masking.right != NONE else num_m_blocks
     p = FwdParams(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                   total_q=q.shape[2], total_k=k.shape[2], num_m_blocks=num_m_blocks,
-                  num_units=batch * heads_q * per_head, units_div=divisor(per_head), heads_div=divisor(heads_q),
+                  num_units=batch * heads_q * per_head, units_div=divisor(max(per_head, 1)), heads_div=divisor(heads_q),
                   group_div=divisor(heads_q // heads_kv))
     set_strides(p, {"q": q, "k": k, "v": v, "o": out})
     if lse is not None:
