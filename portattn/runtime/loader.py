@@ -35,7 +35,13 @@ def launch(target: Target, fn: Any, grid: int | tuple[int, int, int], threads: i
     """Launch ``fn`` with ``threads`` threads per block and one by-value parameter struct; ``overlap``: it may start
     before the previous kernel on the stream ends (``Target.overlapping_launches``; the kernel waits for it)."""
     grid3 = (grid, 1, 1) if isinstance(grid, int) else grid
+    if 0 in grid3:  # no blocks: nothing to launch (the drivers refuse an empty grid)
+        return
     backend_for(target.vendor).launch(fn, grid3, (threads, 1, 1), smem_bytes, params, stream_handle, overlap)
+
+
+def _launch_nothing(args_address: int, stream_handle: int) -> None:
+    """The launch of an empty grid, which the drivers refuse: there is nothing to run."""
 
 
 SIGNATURES_KEPT = 4096  # launch states a family keeps; past this many its cache starts over
@@ -98,6 +104,9 @@ class Launch:
                 end += member.size
             object.__setattr__(self, "_map_offsets", tuple(member.offset for member in members))
             object.__setattr__(self, "_maps_end", end)
+        if self.grid == 0:  # no blocks (packed sequences without query rows): nothing to launch
+            object.__setattr__(self, "_go", _launch_nothing)
+            return
         object.__setattr__(self, "_go", backend_for(self.target.vendor).driver.launcher(
             self.fn, (self.grid, 1, 1), (self.threads, 1, 1), self.smem_bytes, self.overlap))
 

@@ -279,6 +279,25 @@ def test_varlen_offsets_outside_the_tensors_stay_inside(gen, needs_backward):
         assert max_rel(out[valid], good[valid]) <= OUT_TOL[torch.float16], bad
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_varlen_without_query_rows(gen, needs_backward, dtype, causal):
+    """Packed sequences that have keys but no queries (max_seqlen_q = 0; q holds only rows past the sequences):
+    nothing to compute forward, no kernel launched on an empty grid, and zero gradients for the keys and values of
+    the sequences, which no query sees."""
+    needs_backward(dtype)
+    q = rand(gen, dtype, 5, 4, 64).requires_grad_()
+    k, v = (rand(gen, dtype, 90, 2, 64).requires_grad_() for _ in range(2))
+    empty, lens_k = _cu([0, 0]), _cu([30, 60])
+    out = flash_attn_varlen_func(q, k, v, empty, lens_k, 0, 60, causal=causal)
+    dout = torch.randn_like(out)
+    torch.full((8 * k.numel(),), math.nan, device="cuda")  # freed at once: the gradients reuse the blocks
+    dk, dv = torch.autograd.grad(out, (k, v), dout)
+    torch.cuda.synchronize()
+    assert out.shape == q.shape
+    assert torch.equal(dk, torch.zeros_like(dk)) and torch.equal(dv, torch.zeros_like(dv))
+
+
 def test_varlen_lse_and_packed_variants(gen):
     lens = [33, 200, 5]
     qkv = rand(gen, torch.float16, sum(lens), 3, 4, 64)

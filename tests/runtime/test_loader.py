@@ -129,6 +129,22 @@ def test_launches_with_tensor_maps_repoint_only_what_changed(monkeypatch):
     assert len(repointed) == 3 and ctypes.addressof(launched[-1]) != ctypes.addressof(launched[-2])
 
 
+def test_an_empty_grid_launches_nothing(monkeypatch):
+    """A grid of no blocks (packed sequences without query rows) is not sent to the driver, which refuses it."""
+    from portattn.kernels.forward import FwdParams
+    from portattn.runtime import cuda_driver
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the driver was asked to launch an empty grid")
+
+    monkeypatch.setattr(cuda_driver, "launcher", refuse)
+    monkeypatch.setattr(cuda_driver, "launch", refuse)
+    loader.Launch(Target.for_arch("sm_90"), None, 0, 128, 0, FwdParams(batch=2))(7, q=0x1000)
+    loader.launch(Target.for_arch("sm_90"), None, (4, 0, 1), 128, 0, FwdParams(), 7)
+    with pytest.raises(AssertionError, match="empty grid"):  # a grid with blocks does reach it
+        loader.Launch(Target.for_arch("sm_90"), None, 1, 128, 0, FwdParams(batch=2))
+
+
 def test_tensor_maps_must_lead_the_struct():
     class Late(ctypes.Structure):
         _fields_ = [("a", ctypes.c_int64), ("m", ctypes.c_uint64 * 16)]
