@@ -31,6 +31,9 @@
 // The running maximum moves only when a score exceeds it by more than this (log2 units): until then the
 // probabilities stay below 2^8 (fine for float16 operands) and the output and sums need no rescaling.
 #define PA_SOFTMAX_RESCALE_SLACK 8.f
+// A row's maximum and sum over a lane's scores run in this many independent chains, combined at the end: one chain
+// waits out each operation's latency in turn (32 in a row for a 128-key tile on the warpgroup MMA).
+#define PA_SOFTMAX_CHAINS 4
 
 template <int MT>
 struct PaSoftmax {
@@ -63,6 +66,8 @@ PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, 
     constexpr bool MOD = PaModActive<Mod>::value;
     const float mul = MOD ? 1.f : scale_log2;  // modified scores are logits in log2 units already
     const int key0 = n0 + pa_mma_c_col(0);     // this lane's first key; its others lie a constant step further
+    constexpr int N = SN * PA_MMA_C_COLS;      // this lane's scores of a row
+    constexpr int CHAINS = N < PA_SOFTMAX_CHAINS ? N : PA_SOFTMAX_CHAINS;
     bool any_rescale = false;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -76,7 +81,7 @@ PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, 
                 lo = range.begin - key0;
                 hi = range.end - key0;
             }
-            float raw_max = pa_neg_inf();
+            float chain[CHAINS];  // score i goes to chain i % CHAINS (a NaN score moves no maximum, as before)
 #pragma unroll
             for (int j = 0; j < SN; ++j)
 #pragma unroll
@@ -89,8 +94,12 @@ PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, 
                         x = pa_logit2(mod, row, key0 + step, x, 1.f);
                     }
                     s[mt][j][r * PA_MMA_C_COLS + e] = x;
-                    raw_max = fmaxf(raw_max, x);
+                    const int i = j * PA_MMA_C_COLS + e;
+                    chain[i % CHAINS] = i < CHAINS ? x : fmaxf(chain[i % CHAINS], x);
                 }
+            float raw_max = chain[0];
+#pragma unroll
+            for (int c = 1; c < CHAINS; ++c) raw_max = fmaxf(raw_max, chain[c]);
             raw_max = pa_group_max<PA_MMA_ROW_LANES>(raw_max);
             const float tile_max = raw_max * mul;  // -inf where the row saw no key
             float& m = sm.row_max[mt][r];
@@ -102,15 +111,18 @@ PA_DEVICE bool pa_softmax_tile_masked(pa_mma_c (&s)[MT][SN], PaSoftmax<MT>& sm, 
                 any_rescale = true;
             }
             const float base = m == pa_neg_inf() ? 0.f : m;  // all masked so far
-            float part = 0.f;
 #pragma unroll
             for (int j = 0; j < SN; ++j)
 #pragma unroll
                 for (int e = 0; e < PA_MMA_C_COLS; ++e) {
                     const float prob = pa_exp2(fmaf(s[mt][j][r * PA_MMA_C_COLS + e], mul, -base));
                     s[mt][j][r * PA_MMA_C_COLS + e] = prob;
-                    part += prob;
+                    const int i = j * PA_MMA_C_COLS + e;
+                    chain[i % CHAINS] = i < CHAINS ? prob : chain[i % CHAINS] + prob;
                 }
+            float part = chain[0];
+#pragma unroll
+            for (int c = 1; c < CHAINS; ++c) part += chain[c];
             sm.row_sum[mt][r] += part;
         }
     }
