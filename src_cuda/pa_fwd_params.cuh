@@ -48,6 +48,8 @@ struct PaFwdParams {
 struct PaBlock {
     int b, h, h_kv, row0;
 };
+// Kernels with a block per query block divide once per block, plainly: the divisors' multipliers (pa_unit_block)
+// would cost the float32 simt kernel a register spill there.
 PA_DEVICE PaBlock pa_block_coords(const PaFwdParams& p, int block_m) {
     const int work = blockIdx.x, bh = work / p.num_m_blocks, h = bh % p.heads_q;
     return PaBlock{bh / p.heads_q, h, h / (p.heads_q / p.heads_kv),

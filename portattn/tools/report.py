@@ -9,7 +9,6 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import PortattnError
@@ -34,10 +33,10 @@ class ReportRow:
     occupancy: str
 
 
-def _compile_timed(spec: KernelSpec, target: Target, directory: Path,
+def _compile_timed(spec: KernelSpec, target: Target, cache: DiskCache,
                    toolchain: Toolchain | None) -> tuple[CompiledKernel, float]:
     start = time.perf_counter()
-    kernel = compile_kernel(spec, target, DiskCache(directory), toolchain)
+    kernel = compile_kernel(spec, target, cache, toolchain)
     return kernel, time.perf_counter() - start
 
 
@@ -53,7 +52,7 @@ def report_rows(target: Target, cache: DiskCache | None = None,
     specs = shipped_variants(target)
     if jobs is None:
         jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    directory = (cache if cache is not None else DiskCache()).directory
+    cache = cache if cache is not None else DiskCache()
     kernels: dict[int, CompiledKernel] = {}
 
     def done(i: int, kernel: CompiledKernel, seconds: float) -> None:
@@ -63,11 +62,11 @@ def report_rows(target: Target, cache: DiskCache | None = None,
 
     if jobs <= 1:
         for i, spec in enumerate(specs):
-            done(i, *_compile_timed(spec, target, directory, toolchain))
+            done(i, *_compile_timed(spec, target, cache, toolchain))
     else:
         # New processes rather than forks: the caller may hold a GPU context or threads.
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_compile_timed, spec, target, directory, toolchain): i
+            futures = {pool.submit(_compile_timed, spec, target, cache, toolchain): i
                        for i, spec in enumerate(specs)}
             try:
                 for future in as_completed(futures):
