@@ -30,7 +30,7 @@
 // instead of the copies, and split their own Q rows before the first tile. P·V of a tile is summed apart and added to
 // the output in the registers (the unit's accumulation truncates).
 //
-// Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80 or 128; float32: 32 or 64), PA_THREADS,
+// Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80, 128 or 160; float32: 32 or 64), PA_THREADS,
 // PA_TMA_STAGES, PA_Q_STAGES (Q buffers: with 2 the next job's Q is copied before the current one's last Q·K^T),
 // PA_STORE_O_BULK, PA_SMEM_BYTES, PA_BF16 or PA_F32, PA_MMA_WGMMA (1); PA_MASK_EXT with PA_SCORE_MOD 0.
 #include "pa_fwd_params.cuh"

@@ -167,11 +167,13 @@ MMA_TILES_EXT: dict[str, Rows] = {
 # in three or four stages ran 0.72-1.00x these from 128 to 2048 queries (H200). float32 (TF32 products on split tiles,
 # 224 KiB of shared memory): d = 64 two computing warpgroups on 64-key tiles and two copying ones, d = 128 one on 32-key
 # tiles and three copying ones. The copying warpgroups' threads split and transpose the tiles, which bounds the kernel:
-# each copying warpgroup fewer ran 0.77-0.86x.
+# each copying warpgroup fewer ran 0.77-0.86x. d = 96 with the second Q buffer (and the bulk output stores): 1.04-1.14x
+# one buffer from 1024 to 2048 queries, 0.99-1.04x from 4096 on (H200, bf16 and fp16, causal and not, one process, the
+# rows alternating over three rounds).
 WS_TILES: dict[str, Rows] = {
     "sm90": rows(HALF, {
         64: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3, q_stages=2),
-        96: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2),
+        96: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2, q_stages=2),
         128: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=2, q_stages=2),
         256: T(block_m=128, block_n=80, threads=384, warpgroup_mma=True, stages=2),
     }) | rows(("float32",), {
@@ -181,7 +183,12 @@ WS_TILES: dict[str, Rows] = {
 }
 
 # Long calls (at least LONG_SEQLEN query rows, and keys per row: under a causal mask half the keys; calls without a
-# mask from LONG_SEQLEN_UNMASKED): warp-specialized rows that differ from WS_TILES. d = 64 is bound by the softmax:
+# mask from the head dim's LONG_SEQLEN_UNMASKED, else LONG_SEQLEN): warp-specialized rows that differ from WS_TILES.
+# d = 96: 160-key tiles (the shared rows' padding to 128 columns leaves room for them next to two Q buffers; no spills)
+# ran 1.01-1.05x the 128-key ones (both with two Q buffers) from 4096 queries on, causal and not, and 1.01-1.02x
+# without a mask at 2048; 0.92-0.96x at 1024, 0.96-0.97x causal at 2048 (H200, bf16 and fp16, one process, alternating
+# over three rounds; 144-key tiles 0.97-1.01x the 160-key ones). At d = 128 no key tile wider than 128 (144-192 keys,
+# with one Q buffer from 176 on) gained: 0.96-1.04x at 16384 queries, 0.81-1.00x below. d = 64 is bound by the softmax:
 # three computing warpgroups (192 query rows, no turn-taking, 160 registers each) on 128-key tiles ran 1.09-1.17x the
 # two on 128-key tiles at N = 2048 and 1.06-1.20x from 4096 on (H100), causal N = 2048 0.87-0.88x; at N = 1024
 # 1.05-1.08x without a mask and 0.82-0.86x causal (the diagonal's masked tiles weigh more in 192-row blocks, which
@@ -189,9 +196,12 @@ WS_TILES: dict[str, Rows] = {
 # 320 / 384 / 576 / 768 / 896 rows 1.13-1.29x, 512 and 1000 rows 1.05-1.10x, 600 and 640 rows 0.99-1.01x (192-row
 # blocks pad more), but 256 rows 0.83x (two whole 128-row blocks): the long row from 257 rows on.
 LONG_SEQLEN = 2048
-LONG_SEQLEN_UNMASKED = 257
+LONG_SEQLEN_UNMASKED: dict[int, int] = {64: 257}
 WS_TILES_LONG: dict[str, Rows] = {
-    "sm90": rows(HALF, {64: T(block_m=192, block_n=128, threads=512, warpgroup_mma=True, stages=2)}),
+    "sm90": rows(HALF, {
+        64: T(block_m=192, block_n=128, threads=512, warpgroup_mma=True, stages=2),
+        96: T(block_m=128, block_n=160, threads=384, warpgroup_mma=True, stages=2, q_stages=2),
+    }),
 }
 
 # Short calls (at most SHORT_SEQLEN query rows or keys per row, half the keys under a causal mask): warp-specialized
@@ -286,8 +296,8 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     without the score modifiers where the call has none (``score_mods`` False) and WS_TILES_EXT has a row, else the
     matrix-unit one (its row of MMA_TILES_EXT where there is one). ``seqlen``, the call's length (the shorter of its
     query rows and the keys a row sees, half the keys under a causal mask), picks the row of WS_TILES_LONG from
-    LONG_SEQLEN on (``causal``; else from LONG_SEQLEN_UNMASKED) and that of WS_TILES_SHORT up to SHORT_SEQLEN (plain
-    and causal calls)."""
+    LONG_SEQLEN on (without a mask from the head dim's LONG_SEQLEN_UNMASKED where it has one) and that of
+    WS_TILES_SHORT up to SHORT_SEQLEN (plain and causal calls)."""
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -312,7 +322,7 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
         tile = MMA_TILES_EXT.get(fam, {}).get(key, tile)
     elif chosen == "ws" and mask_ext:
         tile = ws_rows[fam][key]
-    elif chosen == "ws" and seqlen is not None and seqlen >= (LONG_SEQLEN if causal else LONG_SEQLEN_UNMASKED):
+    elif chosen == "ws" and seqlen is not None and seqlen >= long_seqlen(head_dim, causal):
         tile = WS_TILES_LONG.get(fam, {}).get(key, tile)
     elif chosen == "ws" and seqlen is not None and seqlen <= SHORT_SEQLEN:
         tile = WS_TILES_SHORT.get(fam, {}).get(key, tile)
@@ -320,6 +330,11 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
                    score_mods=not (chosen == "ws" and mask_ext))
     spec.check_fits(target)
     return spec
+
+
+def long_seqlen(head_dim: int, causal: bool) -> int:
+    """The call length (``select``'s ``seqlen``) from which a call at ``head_dim`` takes its WS_TILES_LONG row."""
+    return LONG_SEQLEN if causal else LONG_SEQLEN_UNMASKED.get(head_dim, LONG_SEQLEN)
 
 
 def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:

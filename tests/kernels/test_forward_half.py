@@ -98,20 +98,22 @@ def test_more_query_blocks_than_multiprocessors(gen, d, nq, nk, causal):
     check(q, k, v, causal=causal)
 
 
-@pytest.mark.parametrize("causal,rows", [(False, LONG_SEQLEN + 1), (True, LONG_SEQLEN + 1),
-                                         (False, LONG_SEQLEN_UNMASKED + 5), (True, LONG_SEQLEN_UNMASKED + 5)])
-def test_long_calls_with_several_query_blocks_per_multiprocessor(gen, on_half_target, causal, rows):
-    # d = 64 from LONG_SEQLEN queries and keys per row on, from LONG_SEQLEN_UNMASKED without a mask (Hopper: 192-row
-    # blocks of three computing warpgroups): partial last query and key blocks, Nq != Nk, grouped heads, and more
-    # query blocks than SMs.
-    q = rand(gen, torch.bfloat16, 1, 16, rows, 64)
-    k, v = (rand(gen, torch.bfloat16, 1, 4, 2 * rows + 1, 64) for _ in range(2))
+@pytest.mark.parametrize("d,causal,rows", [(64, False, LONG_SEQLEN + 1), (64, True, LONG_SEQLEN + 1),
+                                           (64, False, LONG_SEQLEN_UNMASKED[64] + 5),
+                                           (64, True, LONG_SEQLEN_UNMASKED[64] + 5),
+                                           (96, False, LONG_SEQLEN + 1), (96, True, LONG_SEQLEN + 1)])
+def test_long_calls_with_several_query_blocks_per_multiprocessor(gen, on_half_target, d, causal, rows):
+    # From LONG_SEQLEN queries and keys per row on (d = 64 without a mask from LONG_SEQLEN_UNMASKED[64]), the long-call
+    # rows (Hopper: d = 64 192-row blocks of three computing warpgroups, d = 96 160-key tiles): partial last query and
+    # key blocks, Nq != Nk, grouped heads, and more query blocks than SMs.
+    q = rand(gen, torch.bfloat16, 1, 16, rows, d)
+    k, v = (rand(gen, torch.bfloat16, 1, 4, 2 * rows + 1, d) for _ in range(2))
     chosen = []
     with tweak_variant(lambda spec: chosen.append(spec) or spec):
         check(q, k, v, causal=causal)
     # the call's length: its query rows (causal: half of its 2 * rows + 1 keys, as many)
-    assert chosen and all(s == select(on_half_target, "bfloat16", 64, seqlen=rows, causal=causal) for s in chosen)
-    if rows < LONG_SEQLEN:  # long without a mask only
+    assert chosen and all(s == select(on_half_target, "bfloat16", d, seqlen=rows, causal=causal) for s in chosen)
+    if d == 64 and rows < LONG_SEQLEN:  # long without a mask only
         assert all((s.tile.block_m == 192) == (not causal and s.kernel == "ws") for s in chosen)
 
 

@@ -178,17 +178,18 @@ def test_bulk_output_stores_go_with_two_q_buffers():
 
 
 def test_long_calls_take_their_own_rows():
-    """Hopper d = 64: calls of at least LONG_SEQLEN_UNMASKED (query rows, and keys a row sees) take the
-    three-warpgroup row, causal ones from LONG_SEQLEN; other head dims, shorter calls, forced and extended-mask
-    kernels and other targets ignore the length."""
+    """Hopper d = 64: calls of at least LONG_SEQLEN_UNMASKED[64] (query rows, and keys a row sees) take the
+    three-warpgroup row, causal ones from LONG_SEQLEN; d = 96: 160-key tiles from LONG_SEQLEN, with or without a
+    mask; other head dims, shorter calls, forced and extended-mask kernels and other targets ignore the length."""
     hopper, ampere = Target.for_arch("sm_90"), Target.for_arch("sm_80")
+    assert LONG_SEQLEN_UNMASKED[64] < LONG_SEQLEN and 96 not in LONG_SEQLEN_UNMASKED
     for dtype in ("float16", "bfloat16"):
         short = select(hopper, dtype, 64)
         long = select(hopper, dtype, 64, seqlen=LONG_SEQLEN)
         assert long.kernel == short.kernel == "ws" and long.tile != short.tile
         assert long.tile.block_m == 192 and long.tile.threads == 512 and long.block_threads == 512
-        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN_UNMASKED) == long
-        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN_UNMASKED - 1) == short
+        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN_UNMASKED[64]) == long
+        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN_UNMASKED[64] - 1) == short
         assert select(hopper, dtype, 64, seqlen=1) == short
         assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN, causal=True) == long
         assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN - 1, causal=True) == short
@@ -197,7 +198,17 @@ def test_long_calls_take_their_own_rows():
         assert select(hopper, dtype, 64, "mma", seqlen=LONG_SEQLEN) == select(hopper, dtype, 64, "mma")
         assert select(hopper, dtype, 64, mask_ext=True, seqlen=LONG_SEQLEN) == select(hopper, dtype, 64, mask_ext=True)
         assert select(ampere, dtype, 64, seqlen=LONG_SEQLEN) == select(ampere, dtype, 64)
-        for d in (96, 128, 256):
+
+        short96, long96 = select(hopper, dtype, 96), select(hopper, dtype, 96, seqlen=LONG_SEQLEN)
+        assert (short96.tile.block_n, long96.tile.block_n) == (128, 160)
+        assert short96.stores_o_bulk and long96.stores_o_bulk and long96.smem_bytes <= hopper.smem_per_block
+        for causal in (False, True):
+            assert select(hopper, dtype, 96, seqlen=LONG_SEQLEN, causal=causal) == long96
+            assert select(hopper, dtype, 96, seqlen=LONG_SEQLEN - 1, causal=causal) == short96
+        assert long96 in shipped_variants(hopper)
+        assert select(hopper, dtype, 96, mask_ext=True, seqlen=LONG_SEQLEN) == select(hopper, dtype, 96, mask_ext=True)
+        assert select(ampere, dtype, 96, seqlen=LONG_SEQLEN) == select(ampere, dtype, 96)
+        for d in (128, 256):
             assert select(hopper, dtype, d, seqlen=LONG_SEQLEN) == select(hopper, dtype, d)
     assert select(hopper, "float32", 64, seqlen=LONG_SEQLEN) == select(hopper, "float32", 64)
 
