@@ -167,9 +167,9 @@ MMA_TILES_EXT: dict[str, Rows] = {
 # in three or four stages ran 0.72-1.00x these from 128 to 2048 queries (H200). float32 (TF32 products on split tiles,
 # 224 KiB of shared memory): d = 64 two computing warpgroups on 64-key tiles and two copying ones, d = 128 one on 32-key
 # tiles and three copying ones. The copying warpgroups' threads split and transpose the tiles, which bounds the kernel:
-# each copying warpgroup fewer ran 0.77-0.86x. d = 96 with the second Q buffer (and the bulk output stores): 1.04-1.14x
-# one buffer from 1024 to 2048 queries, 0.99-1.04x from 4096 on (H200, bf16 and fp16, causal and not, one process, the
-# rows alternating over three rounds).
+# each copying warpgroup fewer ran 0.77-0.86x. d = 96 with the second Q buffer (and the bulk output stores): 1.16-1.34x
+# one buffer from 128 to 512 queries, 1.04-1.14x from 1024 to 2048, 0.99-1.04x from 4096 on (H200, bf16 and fp16,
+# causal and not, one process, the rows alternating over three rounds).
 WS_TILES: dict[str, Rows] = {
     "sm90": rows(HALF, {
         64: T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=3, q_stages=2),
