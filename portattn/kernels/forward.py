@@ -182,19 +182,20 @@ WS_TILES: dict[str, Rows] = {
     }),
 }
 
-# Long calls (at least LONG_SEQLEN query rows, and keys per row: under a causal mask half the keys; calls without a
-# mask from the head dim's LONG_SEQLEN_UNMASKED, else LONG_SEQLEN): warp-specialized rows that differ from WS_TILES.
-# d = 96: 160-key tiles (the shared rows' padding to 128 columns leaves room for them next to two Q buffers; no spills)
-# ran 1.01-1.05x the 128-key ones (both with two Q buffers) from 4096 queries on, causal and not, and 1.01-1.02x
-# without a mask at 2048; 0.92-0.96x at 1024, 0.96-0.97x causal at 2048 (H200, bf16 and fp16, one process, alternating
-# over three rounds; 144-key tiles 0.97-1.01x the 160-key ones). At d = 128 no key tile wider than 128 (144-192 keys,
-# with one Q buffer from 176 on) gained: 0.96-1.04x at 16384 queries, 0.81-1.00x below. d = 64 is bound by the softmax:
+# Long calls (at least LONG_SEQLEN query rows, and keys per row: under a causal mask half the keys; calls without a mask
+# from the head dim's LONG_SEQLEN_UNMASKED, else LONG_SEQLEN): warp-specialized rows that differ from WS_TILES. d = 96:
+# 160-key tiles (the shared rows' padding to 128 columns leaves room for them next to two Q buffers; no spills) ran
+# 1.01-1.05x the 128-key ones (both with two Q buffers) from 4096 queries on, causal and not, and 1.01-1.02x without a
+# mask at 2048; 0.92-0.96x at 1024, 0.96-0.97x causal at 2048 (H200, bf16 and fp16, one process, alternating over three
+# rounds; 144-key tiles 0.97-1.01x the 160-key ones). At d = 128 no key tile wider than 128 (144-192 keys, with one Q
+# buffer from 176 on) gained: 0.96-1.04x at 16384 queries, 0.81-1.00x below; nor at d = 64 on the 128-row tile (160
+# keys: 0.84-0.97x causal from 256 to 2048 queries, 0.82-0.84x at 256 without a mask). d = 64 is bound by the softmax:
 # three computing warpgroups (192 query rows, no turn-taking, 160 registers each) on 128-key tiles ran 1.09-1.17x the
 # two on 128-key tiles at N = 2048 and 1.06-1.20x from 4096 on (H100), causal N = 2048 0.87-0.88x; at N = 1024
-# 1.05-1.08x without a mask and 0.82-0.86x causal (the diagonal's masked tiles weigh more in 192-row blocks, which
-# also do not take turns); 96-key tiles 0.91-0.99x these. Without a mask, shorter calls (H200, bf16 and fp16): 288 /
-# 320 / 384 / 576 / 768 / 896 rows 1.13-1.29x, 512 and 1000 rows 1.05-1.10x, 600 and 640 rows 0.99-1.01x (192-row
-# blocks pad more), but 256 rows 0.83x (two whole 128-row blocks): the long row from 257 rows on.
+# 1.05-1.08x without a mask and 0.82-0.86x causal (the diagonal's masked tiles weigh more in 192-row blocks, which also
+# do not take turns); 96-key tiles 0.91-0.99x these. Without a mask, shorter calls (H200, bf16 and fp16): 288 / 320 /
+# 384 / 576 / 768 / 896 rows 1.13-1.29x, 512 and 1000 rows 1.05-1.10x, 600 and 640 rows 0.99-1.01x (192-row blocks pad
+# more), but 256 rows 0.83x (two whole 128-row blocks): the long row from 257 rows on.
 LONG_SEQLEN = 2048
 LONG_SEQLEN_UNMASKED: dict[int, int] = {64: 257}
 WS_TILES_LONG: dict[str, Rows] = {
