@@ -49,8 +49,8 @@ class BenchRow:
         return self.portattn_tflops / other if other else None
 
 
-def time_ms(fn: Callable[[], object], reps: int, warmup: int) -> float:
-    """Median milliseconds of ``fn`` over ``reps`` runs, CUDA events around each run."""
+def samples_ms(fn: Callable[[], object], reps: int, warmup: int) -> list[float]:
+    """Milliseconds of each of ``reps`` runs of ``fn`` (after ``warmup`` untimed ones), CUDA events around each."""
     for _ in range(warmup):
         fn()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
@@ -59,7 +59,27 @@ def time_ms(fn: Callable[[], object], reps: int, warmup: int) -> float:
         fn()
         end.record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
+    return [s.elapsed_time(e) for s, e in events]
+
+
+def time_ms(fn: Callable[[], object], reps: int, warmup: int) -> float:
+    """Median milliseconds of ``fn`` over ``reps`` runs, CUDA events around each run."""
+    return statistics.median(samples_ms(fn, reps, warmup))
+
+
+def interleaved_ms(fns: dict[str, Callable[[], object]], reps: int, warmup: int, rounds: int = 3) -> dict[str, float]:
+    """Median milliseconds of each of ``fns`` over ``reps`` runs, taken in ``rounds`` rounds that run the calls in
+    turn (``reps / rounds`` runs each, after ``warmup`` untimed runs of each): a drift of the GPU's clocks during the
+    measurement weighs on every call alike instead of on whichever ran during it."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    per_round = max(1, -(-reps // rounds))
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name] += samples_ms(fn, per_round, 0)
+    return {name: statistics.median(ms) for name, ms in samples.items()}
 
 
 def best_rounds(timers: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
@@ -111,7 +131,7 @@ def _sdpa(backend: str, q, k, v, causal: bool) -> Callable[[], object] | None:
 def bench_case(dtype: str, head_dim: int, causal: bool, seqlen: int, heads: int = 16, tokens: int = 32768,
                reps: int = 30, warmup: int = 5, heads_kv: int | None = None) -> BenchRow:
     """The forward on [tokens / seqlen, heads, seqlen, head_dim] inputs (``heads_kv`` key/value heads: grouped-query
-    attention), against each SDPA backend on the same inputs."""
+    attention), against each SDPA backend on the same inputs, the calls timed in turn (``interleaved_ms``)."""
     batch = max(1, tokens // seqlen)
     hk = heads_kv or heads
     gen = torch.Generator(device="cuda").manual_seed(seqlen * 1000 + head_dim)
@@ -123,12 +143,12 @@ def bench_case(dtype: str, head_dim: int, causal: bool, seqlen: int, heads: int 
     ref, _ = reference_attention(q[:1, :2 * group], k[:1, :2], v[:1, :2], causal)
     err = relative_error(out[:1, :2 * group], ref)
     flops = 4 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
-    ms = time_ms(lambda: attention(q, k, v, causal=causal), reps, warmup)  # allocating its output, as SDPA does
-    row = BenchRow(dtype, head_dim, causal, seqlen, batch, heads, ms, flops / ms / 1e9, err,
+    fns = {"portattn": lambda: attention(q, k, v, causal=causal)}  # allocating its output, as SDPA does
+    fns |= {name: fn for name in SDPA_BACKENDS if (fn := _sdpa(name, q, k, v, causal)) is not None}
+    ms = interleaved_ms(fns, reps, warmup)
+    row = BenchRow(dtype, head_dim, causal, seqlen, batch, heads, ms["portattn"], flops / ms["portattn"] / 1e9, err,
                    heads_kv=hk if hk != heads else None)
-    for name in SDPA_BACKENDS:
-        fn = _sdpa(name, q, k, v, causal)
-        row.sdpa_tflops[name] = flops / time_ms(fn, reps, warmup) / 1e9 if fn else None
+    row.sdpa_tflops = {name: flops / ms[name] / 1e9 if name in ms else None for name in SDPA_BACKENDS}
     return row
 
 

@@ -1,5 +1,5 @@
-"""The decode benchmark's timing: input copies against the L2 cache and alternating rounds (no GPU needed), and one
-small cell (GPU)."""
+"""The benchmarks' timing: input copies against the L2 cache, alternating and interleaved rounds (no GPU needed), and
+one small decode cell (GPU)."""
 import types
 
 import pytest
@@ -34,6 +34,23 @@ def test_alternating_rounds_take_each_calls_best_round_after_a_warm_up(monkeypat
     assert best == {"a": 5.0, "b": 3.0}  # the warm-up round (a: 9, b: 1) does not count
 
 
+def test_interleaved_rounds_take_the_median_of_every_round(monkeypatch):
+    calls, rounds = [], {"a": [[5.0, 1.0], [9.0, 2.0], [3.0, 4.0]], "b": [[7.0, 7.0], [1.0, 2.0], [8.0, 8.0]]}
+
+    def fake_samples_ms(fn, reps, warmup):
+        name = fn()
+        calls.append((name, reps, warmup))
+        return rounds[name][sum(1 for n, _, _ in calls if n == name) - 1]
+
+    warmed = []
+    monkeypatch.setattr(bench, "samples_ms", fake_samples_ms)
+    ms = bench.interleaved_ms({"a": lambda: warmed.append("a") or "a", "b": lambda: warmed.append("b") or "b"},
+                              reps=5, warmup=2, rounds=3)
+    assert warmed[:4] == ["a", "a", "b", "b"]  # each call warmed up before any timing
+    assert calls == [("a", 2, 0), ("b", 2, 0)] * 3  # in turn, round by round, ceil(5 / 3) runs each
+    assert ms == {"a": 3.5, "b": 7.0}  # the median of all six runs of each
+
+
 @pytest.mark.gpu
 def test_decode_cell_times_every_call_and_checks_the_answer():
     row = bench.bench_decode_case("bfloat16", 64, 8, 2, 2, 1024, reps=3)
@@ -42,3 +59,11 @@ def test_decode_cell_times_every_call_and_checks_the_answer():
         assert row.kernel_us[name] > 0 and row.eager_us[name] > 0
     assert row.bytes == 2 * 2 * 1024 * 2 * 64 * 2 and row.gbps("portattn") > 0
     assert set(row.kernel_us) == set(row.eager_us)
+
+
+@pytest.mark.gpu
+def test_forward_cell_times_every_backend_that_takes_the_call():
+    row = bench.bench_case("bfloat16", 64, True, 256, heads=4, tokens=512, reps=3, warmup=1, heads_kv=2)
+    assert row.max_rel_error < 1e-2 and row.portattn_ms > 0 and row.portattn_tflops > 0
+    assert set(row.sdpa_tflops) == set(bench.SDPA_BACKENDS) and row.sdpa_tflops["default"] > 0
+    assert all(t is None or t > 0 for t in row.sdpa_tflops.values())
