@@ -68,7 +68,7 @@ constexpr int CONVERTERS = F32 ? COPIERS * 128 - PA_WARP_SIZE : 0;
 constexpr int BARRIERS = 2 * Q_STAGES + 4 * STAGES + (F32 ? 2 * STAGES + 2 * V_LANDING : 0);
 constexpr bool PINGPONG = CONSUMERS == 2;
 constexpr bool O_BULK = PA_STORE_O_BULK;  // the output leaves through the Q buffer, with bulk tensor stores
-static_assert(!O_BULK || (!F32 && Q_STAGES == 2), "bulk output stores: 16-bit inputs and two Q buffers");
+static_assert(!O_BULK || (!F32 && Q_STAGES >= 2), "bulk output stores: 16-bit inputs and at least two Q buffers");
 // Registers per thread after the reallocation (setmaxnreg), out of what the block holds at launch: the launch bound's
 // LAUNCH_REGS per thread (ptxas uses them all: the computing warpgroups' code needs more). The copying warpgroups keep
 // few; the computing ones share the rest, at most 256 each (240 each for two, 160 for three). Asking for more than
@@ -85,7 +85,7 @@ static_assert(!REALLOCATE || CONSUMERS * MMA_REGS + COPIERS * COPY_REGS <= PA_TH
 static_assert(CONSUMERS >= 1 && BM == 64 * CONSUMERS, "64 query rows per computing warpgroup");
 static_assert(COPIERS == 1 || (F32 && COPIERS <= 3), "one copying warpgroup (float32: up to three)");
 static_assert(STAGES >= 2, "at least two K and two V buffers");
-static_assert(Q_STAGES == 1 || Q_STAGES == 2, "one or two Q buffers");
+static_assert(Q_STAGES >= 1 && Q_STAGES <= 4, "one to four Q buffers");
 static_assert(!F32 || (BN % PA_WARP_SIZE == 0 && D % PA_TILE_CHUNK == 0), "float32 V tiles are transposed by warps");
 // Q_STAGES Q buffers, STAGES K and V buffers (each as PARTS tiles), the V landing buffers, the barriers (full and empty
 // Q, Q_STAGES each, then full K, full V, empty K and empty V, STAGES each; float32: ready K and ready V, STAGES each,

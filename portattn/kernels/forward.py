@@ -6,14 +6,14 @@ float32 as 3xTF32 on the warpgroup MMA; no mask or the causal one), and ``flash_
 kernel. Parameters: ``PaFwdParams`` (``pa_fwd_params.cuh``).
 
 Tuning is data: ``MMA_TILES``, ``WS_TILES`` and ``SIMT_TILES`` map (arch family, dtype, head dim) to a tile, and
-``WS_TILES_LONG`` and ``WS_TILES_SHORT`` hold the warp-specialized rows that differ for long calls (``LONG_SEQLEN``)
-and short ones (``SHORT_SEQLEN``). For a call without score modifiers (windows and packed sequences included) the
+``WS_TILES_BY_LENGTH`` holds the warp-specialized rows that differ for calls of some lengths (bands of
+``Lengths``). For a call without score modifiers (windows and packed sequences included) the
 warp-specialized row wins where there is one, then the matrix-unit row; a shape with no row in any table is not
 supported, and the error says so.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -182,37 +182,68 @@ WS_TILES: dict[str, Rows] = {
     }),
 }
 
-# Long calls (at least LONG_SEQLEN query rows, and keys per row: under a causal mask half the keys; calls without a mask
-# from the head dim's LONG_SEQLEN_UNMASKED, else LONG_SEQLEN): warp-specialized rows that differ from WS_TILES. d = 96:
-# 160-key tiles (the shared rows' padding to 128 columns leaves room for them next to two Q buffers; no spills) ran
-# 1.01-1.05x the 128-key ones (both with two Q buffers) from 4096 queries on, causal and not, and 1.01-1.02x without a
-# mask at 2048; 0.92-0.96x at 1024, 0.96-0.97x causal at 2048 (H200, bf16 and fp16, one process, alternating over three
-# rounds; 144-key tiles 0.97-1.01x the 160-key ones). At d = 128 no key tile wider than 128 (144-192 keys, with one Q
-# buffer from 176 on) gained: 0.96-1.04x at 16384 queries, 0.81-1.00x below; nor at d = 64 on the 128-row tile (160
-# keys: 0.84-0.97x causal from 256 to 2048 queries, 0.82-0.84x at 256 without a mask). d = 64 is bound by the softmax:
-# three computing warpgroups (192 query rows, no turn-taking, 160 registers each) on 128-key tiles ran 1.09-1.17x the
-# two on 128-key tiles at N = 2048 and 1.06-1.20x from 4096 on (H100), causal N = 2048 0.87-0.88x; at N = 1024
-# 1.05-1.08x without a mask and 0.82-0.86x causal (the diagonal's masked tiles weigh more in 192-row blocks, which also
-# do not take turns); 96-key tiles 0.91-0.99x these. Without a mask, shorter calls (H200, bf16 and fp16): 288 / 320 /
-# 384 / 576 / 768 / 896 rows 1.13-1.29x, 512 and 1000 rows 1.05-1.10x, 600 and 640 rows 0.99-1.01x (192-row blocks pad
-# more), but 256 rows 0.83x (two whole 128-row blocks): the long row from 257 rows on.
-LONG_SEQLEN = 2048
-LONG_SEQLEN_UNMASKED: dict[int, int] = {64: 257}
-WS_TILES_LONG: dict[str, Rows] = {
-    "sm90": rows(HALF, {
-        64: T(block_m=192, block_n=128, threads=512, warpgroup_mma=True, stages=2),
-        96: T(block_m=128, block_n=160, threads=384, warpgroup_mma=True, stages=2, q_stages=2),
-    }),
-}
+@dataclass(frozen=True)
+class Lengths:
+    """The calls a length row takes: those whose length (``select``'s ``seqlen``: the shorter of the query rows and the
+    keys a row sees, half the keys under a causal mask) lies in ``first``..``last`` (``last`` None: no bound), causal
+    ones (``causal`` True), those without a mask (False) or both (None)."""
 
-# Short calls (at most SHORT_SEQLEN query rows or keys per row, half the keys under a causal mask): warp-specialized
-# rows that differ from WS_TILES. d = 256: 32-key tiles in three stages next to a second Q buffer (the next job's Q
-# copied during the current one, the output leaving through it): 1.14-1.25x the 80-key row at 256 rows (causal
-# N = 512, not causal N = 256; H100, bf16 and fp16, two rounds in alternating processes on each of two machine
-# starts), 0.96-1.00x at 512 and 0.77-0.86x from 1024 on, where each job's key tiles outweigh its start and end.
-SHORT_SEQLEN = 256
-WS_TILES_SHORT: dict[str, Rows] = {
-    "sm90": rows(HALF, {256: T(block_m=128, block_n=32, threads=384, warpgroup_mma=True, stages=3, q_stages=2)}),
+    first: int
+    last: int | None = None
+    causal: bool | None = None
+
+    def take(self, seqlen: int, causal: bool) -> bool:
+        return (self.first <= seqlen and (self.last is None or seqlen <= self.last)
+                and self.causal in (None, causal))
+
+
+LengthRows = dict[tuple[str, int], tuple[tuple[Lengths, TileConfig], ...]]
+
+
+def length_rows(dtypes: tuple[str, ...], by_head_dim: dict[int, tuple[tuple[Lengths, TileConfig], ...]]) -> LengthRows:
+    """Length rows: the same bands for each dtype, per head dim."""
+    return {(dt, d): bands for dt in dtypes for d, bands in by_head_dim.items()}
+
+
+# Warp-specialized rows for calls of some lengths only (plain and causal calls; windows and packed sequences keep
+# WS_TILES_EXT), per (dtype, head dim): the first band that takes a call gives its row, else WS_TILES does.
+# d = 64, short calls (up to 128 rows, or 256 causal ones): four K and V buffers and three Q buffers (the copies run up
+# to three jobs ahead of the products; with two Q buffers the next job's Q waits for the bulk stores of the one before):
+# 1.04-1.05x the WS_TILES row at 128 rows without a mask, 1.01-1.03x causal, 1.01x causal at 256; at 256 rows
+# without a mask 0.99-1.00x, causal at 512 0.99x (H200, bf16 and fp16, one process, alternating over four rounds, two
+# runs); four K/V stages with two Q buffers 0.97-1.01x, three with three or four Q buffers 0.95-1.04x, five with three
+# or four 0.98-1.05x.
+# d = 64, longer calls: three computing warpgroups (192 query rows, no turn-taking, 160 registers each) on 128-key
+# tiles ran 1.09-1.17x the two on 128-key tiles at N = 2048 and 1.06-1.20x from 4096 on (H100), causal N = 2048
+# 0.87-0.88x; at N = 1024 1.05-1.08x without a mask and 0.82-0.86x causal (the diagonal's masked tiles weigh more in
+# 192-row blocks, which also do not take turns); 96-key tiles 0.91-0.99x these. Without a mask, shorter calls (H200,
+# bf16 and fp16): 288 / 320 / 384 / 576 / 768 / 896 rows 1.13-1.29x, 512 and 1000 rows 1.05-1.10x, 600 and 640 rows
+# 0.99-1.01x (192-row blocks pad more), but 256 rows 0.83x (two whole 128-row blocks): the 192-row tile from 257 rows
+# on, causal calls from 2048 rows and keys per row. A second Q buffer (the output leaving through it) on the 192-row
+# tile: 1.05x without a mask at 512 rows, 1.02-1.03x at 1024, 1.00-1.02x at 2048, 1.00-1.06x at 4096, 1.00-1.01x at
+# 8192 and 0.99x at 16384; causal 0.97-1.00x from 4096 (H200, same timing): below 4096 rows without a mask only.
+# A third K/V stage or a third Q buffer there gained nothing more (0.98-1.01x the second Q buffer).
+# d = 96, calls from 2048 rows and keys per row: 160-key tiles (the shared rows' padding to 128 columns leaves room for
+# them next to two Q buffers; no spills) ran 1.01-1.05x the 128-key ones (both with two Q buffers) from 4096 queries
+# on, causal and not, and 1.01-1.02x without a mask at 2048; 0.92-0.96x at 1024, 0.96-0.97x causal at 2048 (H200,
+# bf16 and fp16, one process, alternating over three rounds; 144-key tiles 0.97-1.01x the 160-key ones). At d = 128 no
+# key tile wider than 128 (144-192 keys, with one Q buffer from 176 on) gained: 0.96-1.04x at 16384 queries,
+# 0.81-1.00x below; nor at d = 64 on the 128-row tile (160 keys: 0.84-0.97x causal from 256 to 2048 queries,
+# 0.82-0.84x at 256 without a mask); nor a third Q buffer at d = 96 or 128 (0.94-1.02x from 128 to 2048 rows).
+# d = 256, short calls (up to 256 rows, or 512 causal ones): 32-key tiles in three stages next to a second Q buffer
+# (the next job's Q copied during the current one, the output leaving through it): 1.14-1.25x the 80-key row at 256
+# rows (causal N = 512, not causal N = 256; H100, bf16 and fp16, two rounds in alternating processes on each of two
+# machine starts), 0.96-1.00x at 512 and 0.77-0.86x from 1024 on, where each job's key tiles outweigh its start and end.
+_WS_64_192 = T(block_m=192, block_n=128, threads=512, warpgroup_mma=True, stages=2)
+WS_TILES_BY_LENGTH: dict[str, LengthRows] = {
+    "sm90": length_rows(HALF, {
+        64: ((Lengths(1, 128), T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=4, q_stages=3)),
+             (Lengths(257, 4095, causal=False), replace(_WS_64_192, q_stages=2)),
+             (Lengths(4096, causal=False), _WS_64_192),
+             (Lengths(2048, causal=True), _WS_64_192)),
+        96: ((Lengths(2048), T(block_m=128, block_n=160, threads=384, warpgroup_mma=True, stages=2, q_stages=2)),),
+        256: ((Lengths(1, 256), T(block_m=128, block_n=32, threads=384, warpgroup_mma=True, stages=3, q_stages=2)),),
+    }),
 }
 
 # Windows and packed sequences without score modifiers: warp-specialized rows built without them (PA_MASK_EXT,
@@ -260,8 +291,8 @@ class FwdSpec(KernelSpec):
     @property
     def stores_o_bulk(self) -> bool:
         """Whether the warp-specialized kernel stores the output with bulk tensor copies from the job's Q buffer
-        (16-bit inputs with two Q buffers: the next job's Q has the other one)."""
-        return self.kernel == "ws" and self.dtype != "float32" and self.tile.q_stages == 2
+        (16-bit inputs with two Q buffers or more: the next job's Q has another one)."""
+        return self.kernel == "ws" and self.dtype != "float32" and self.tile.q_stages >= 2
 
     @property
     def smem_bytes(self) -> int:
@@ -296,9 +327,8 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
     ("ws", "mma" or "simt") asks for one of them. ``mask_ext``: an extended-mask build, the warp-specialized one
     without the score modifiers where the call has none (``score_mods`` False) and WS_TILES_EXT has a row, else the
     matrix-unit one (its row of MMA_TILES_EXT where there is one). ``seqlen``, the call's length (the shorter of its
-    query rows and the keys a row sees, half the keys under a causal mask), picks the row of WS_TILES_LONG from
-    LONG_SEQLEN on (without a mask from the head dim's LONG_SEQLEN_UNMASKED where it has one) and that of
-    WS_TILES_SHORT up to SHORT_SEQLEN (plain and causal calls)."""
+    query rows and the keys a row sees, half the keys under a causal mask) and ``causal`` pick the row of the first
+    band of WS_TILES_BY_LENGTH that takes the call (plain and causal calls)."""
     fam = target.family
     if dtype not in DTYPES:
         raise NotImplementedError(f"dtype {dtype} is not supported yet; supported: {', '.join(DTYPES)}")
@@ -323,19 +353,13 @@ def select(target: Target, dtype: str, head_dim: int, kernel: str | None = None,
         tile = MMA_TILES_EXT.get(fam, {}).get(key, tile)
     elif chosen == "ws" and mask_ext:
         tile = ws_rows[fam][key]
-    elif chosen == "ws" and seqlen is not None and seqlen >= long_seqlen(head_dim, causal):
-        tile = WS_TILES_LONG.get(fam, {}).get(key, tile)
-    elif chosen == "ws" and seqlen is not None and seqlen <= SHORT_SEQLEN:
-        tile = WS_TILES_SHORT.get(fam, {}).get(key, tile)
+    elif chosen == "ws" and seqlen is not None:
+        bands = WS_TILES_BY_LENGTH.get(fam, {}).get(key, ())
+        tile = next((row for lengths, row in bands if lengths.take(seqlen, causal)), tile)
     spec = FwdSpec(chosen, dtype, head_dim, tile, target.lanes, target.emulated, mask_ext,
                    score_mods=not (chosen == "ws" and mask_ext))
     spec.check_fits(target)
     return spec
-
-
-def long_seqlen(head_dim: int, causal: bool) -> int:
-    """The call length (``select``'s ``seqlen``) from which a call at ``head_dim`` takes its WS_TILES_LONG row."""
-    return LONG_SEQLEN if causal else LONG_SEQLEN_UNMASKED.get(head_dim, LONG_SEQLEN)
 
 
 def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
@@ -346,19 +370,20 @@ def has_kernel(target: Target, dtype: object, head_dim: int = 64) -> bool:
 
 def shipped_variants(target: Target) -> list[FwdSpec]:
     """Every forward variant portattn can use on ``target``: each table row of the matrix-unit and simt kernels,
-    then the warp-specialized rows (any call, then long and short ones), then the extended-mask builds of the
+    then the warp-specialized rows (any call, then those of the length bands), then the extended-mask builds of the
     matrix-unit and simt rows and of the warp-specialized ones (without the score modifiers)."""
     fam = target.family
     keys = [(dt, d) for dt in DTYPES for d in HEAD_DIMS]
     pairs = [(k, dt, d) for k in ("mma", "simt") for dt, d in keys if (dt, d) in TABLES[k][fam]]
     specs = [select(target, dt, d, k) for k, dt, d in pairs]
     specs += [select(target, dt, d, "ws") for dt, d in keys if (dt, d) in WS_TILES.get(fam, {})]
-    for table, seqlen in ((WS_TILES_LONG, LONG_SEQLEN), (WS_TILES_SHORT, SHORT_SEQLEN)):
-        specs += [select(target, dt, d, "ws", seqlen=seqlen) for dt, d in keys if (dt, d) in table.get(fam, {})]
+    for (dt, d), bands in WS_TILES_BY_LENGTH.get(fam, {}).items():
+        specs += [select(target, dt, d, "ws", seqlen=lengths.first, causal=bool(lengths.causal))
+                  for lengths, _ in bands]
     ext = [select(target, dt, d, k, mask_ext=True) for k, dt, d in pairs]
     ext += [select(target, dt, d, "ws", mask_ext=True, score_mods=False) for dt, d in keys
             if (dt, d) in WS_TILES_EXT.get(fam, {})]
-    return specs + ext
+    return list(dict.fromkeys(specs + ext))  # bands may share a row
 
 
 _launches: dict[tuple, loader.Launch] = {}

@@ -9,7 +9,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import portattn
 from portattn.flash_attn import flash_attn_func
-from portattn.kernels.forward import LONG_SEQLEN, LONG_SEQLEN_UNMASKED, SHORT_SEQLEN, has_kernel, select
+from portattn.kernels.forward import WS_TILES_BY_LENGTH, has_kernel, select
 from portattn.kernels.variant import dtype_name
 from portattn.tools.reference import reference_attention, reference_masked, relative_error
 from portattn.tools.testing import tweak_variant, use_kernel
@@ -98,38 +98,34 @@ def test_more_query_blocks_than_multiprocessors(gen, d, nq, nk, causal):
     check(q, k, v, causal=causal)
 
 
-@pytest.mark.parametrize("d,causal,rows", [(64, False, LONG_SEQLEN + 1), (64, True, LONG_SEQLEN + 1),
-                                           (64, False, LONG_SEQLEN_UNMASKED[64] + 5),
-                                           (64, True, LONG_SEQLEN_UNMASKED[64] + 5),
-                                           (96, False, LONG_SEQLEN + 1), (96, True, LONG_SEQLEN + 1)])
-def test_long_calls_with_several_query_blocks_per_multiprocessor(gen, on_half_target, d, causal, rows):
-    # From LONG_SEQLEN queries and keys per row on (d = 64 without a mask from LONG_SEQLEN_UNMASKED[64]), the long-call
-    # rows (Hopper: d = 64 192-row blocks of three computing warpgroups, d = 96 160-key tiles): partial last query and
-    # key blocks, Nq != Nk, grouped heads, and more query blocks than SMs.
-    q = rand(gen, torch.bfloat16, 1, 16, rows, d)
-    k, v = (rand(gen, torch.bfloat16, 1, 4, 2 * rows + 1, d) for _ in range(2))
-    chosen = []
-    with tweak_variant(lambda spec: chosen.append(spec) or spec):
-        check(q, k, v, causal=causal)
-    # the call's length: its query rows (causal: half of its 2 * rows + 1 keys, as many)
-    assert chosen and all(s == select(on_half_target, "bfloat16", d, seqlen=rows, causal=causal) for s in chosen)
-    if d == 64 and rows < LONG_SEQLEN:  # long without a mask only
-        assert all((s.tile.block_m == 192) == (not causal and s.kernel == "ws") for s in chosen)
+def length_cases():
+    """(head dim, causal, rows, Hopper's row) for each band of Hopper's length rows: a length inside the band (partial
+    last blocks), for the causal setting it takes, or both."""
+    cases = []
+    for (dtype, d), bands in WS_TILES_BY_LENGTH["sm90"].items():
+        for lengths, tile in bands if dtype == "bfloat16" else ():
+            rows = lengths.first + 5 if lengths.first > 1 else lengths.last - 3
+            cases += [(d, causal, rows, tile) for causal in (False, True) if lengths.causal in (None, causal)]
+    return cases
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("causal", [False, True])
-def test_short_calls_with_several_query_blocks_per_multiprocessor(gen, on_half_target, dtype, causal):
-    # d = 256 up to SHORT_SEQLEN query rows or keys per row (Hopper: 32-key tiles and two Q buffers): partial last
-    # query and key blocks, Nq != Nk, grouped heads, and more query blocks than SMs.
-    q = rand(gen, dtype, 2, 96, SHORT_SEQLEN - 3, 256)
-    k, v = (rand(gen, dtype, 2, 24, 2 * SHORT_SEQLEN - 5 if causal else SHORT_SEQLEN + 37, 256) for _ in range(2))
+@pytest.mark.parametrize("d,causal,rows,tile", length_cases())
+def test_length_rows_with_several_query_blocks_per_multiprocessor(gen, on_half_target, dtype, d, causal, rows, tile):
+    # Each length row (Hopper: d = 64 short calls with four K/V stages and three Q buffers, 192-row blocks of three
+    # computing warpgroups with two Q buffers or one; d = 96 160-key tiles; d = 256 32-key tiles): partial last query
+    # and key blocks, Nq != Nk, grouped heads, and more query blocks than SMs. The call's length is its query rows
+    # (its 2 * rows + 1 keys, half of them under a causal mask, are more).
+    batch, heads = (2, 96) if rows <= 256 else (1, 16)
+    q = rand(gen, dtype, batch, heads, rows, d)
+    k, v = (rand(gen, dtype, batch, heads // 4, 2 * rows + 1, d) for _ in range(2))
     chosen = []
     with tweak_variant(lambda spec: chosen.append(spec) or spec):
         check(q, k, v, causal=causal)
-    # the call counts as short (its query rows) and takes the short-call row
-    expected = select(on_half_target, dtype_name(dtype), 256, seqlen=SHORT_SEQLEN)
+    expected = select(on_half_target, dtype_name(dtype), d, seqlen=rows, causal=causal)
     assert chosen and all(s == expected for s in chosen)
+    if on_half_target.family == "sm90":
+        assert expected.tile == tile
 
 
 @pytest.mark.parametrize("d", [64, 128])

@@ -8,11 +8,10 @@ import pytest
 from portattn import UnsupportedTargetError
 from portattn.kernels import backward
 from portattn.kernels.forward import (
-    LONG_SEQLEN,
-    LONG_SEQLEN_UNMASKED,
-    SHORT_SEQLEN,
     WS_TILES,
+    WS_TILES_BY_LENGTH,
     WS_TILES_EXT,
+    Lengths,
     select,
     shipped_variants,
 )
@@ -128,7 +127,7 @@ def test_windows_and_packed_sequences_without_score_modifiers_take_the_hopper_ke
         for d in HEAD_DIMS:
             modified = select(hopper, dtype, d, mask_ext=True)
             assert modified.score_mods and modified.kernel != "ws" and "PA_SCORE_MOD" not in modified.defines
-            lengths = select(hopper, dtype, d, mask_ext=True, seqlen=LONG_SEQLEN, score_mods=False)
+            lengths = select(hopper, dtype, d, mask_ext=True, seqlen=4096, score_mods=False)
             assert ((dtype, d) in WS_TILES_EXT["sm90"]) == ((dtype, d) in WS_TILES["sm90"])
             if (dtype, d) in WS_TILES_EXT["sm90"]:
                 assert lengths.kernel == "ws" and not lengths.score_mods and lengths.mask_ext
@@ -163,77 +162,88 @@ def test_windows_and_packed_sequences_without_score_modifiers_take_the_hopper_ke
 
 def test_bulk_output_stores_go_with_two_q_buffers():
     """The warp-specialized kernel stores its output through the job's Q buffer (bulk tensor stores) exactly where
-    it has two Q buffers and 16-bit inputs, and its build says so; d = 64 (short calls) and 128 do."""
+    it has two Q buffers or more and 16-bit inputs, and its build says so; d = 64 (up to 4095 rows without a mask)
+    and 128 do."""
     hopper = Target.for_arch("sm_90")
-    chosen = [select(hopper, dtype, d, seqlen=n) for dtype in ("float16", "bfloat16", "float32") for d in HEAD_DIMS
-              for n in (1, LONG_SEQLEN)]
+    chosen = [select(hopper, dtype, d, seqlen=n, causal=causal) for dtype in ("float16", "bfloat16", "float32")
+              for d in HEAD_DIMS for n in (1, 512, 2048, 8192) for causal in (False, True)]
     for spec in {s for s in chosen if s.kernel == "ws"}:
-        bulk = spec.dtype != "float32" and spec.tile.q_stages == 2
+        bulk = spec.dtype != "float32" and spec.tile.q_stages >= 2
         assert spec.stores_o_bulk == bulk and spec.defines["PA_STORE_O_BULK"] == int(bulk), spec.label
     for dtype in ("float16", "bfloat16"):
         assert select(hopper, dtype, 128).stores_o_bulk and select(hopper, dtype, 64).stores_o_bulk
-        assert not select(hopper, dtype, 64, seqlen=LONG_SEQLEN).stores_o_bulk
+        assert select(hopper, dtype, 64, seqlen=4095).stores_o_bulk
+        assert not select(hopper, dtype, 64, seqlen=4096).stores_o_bulk
+        assert not select(hopper, dtype, 64, seqlen=2048, causal=True).stores_o_bulk
     assert not select(hopper, "float32", 64).stores_o_bulk
     assert not select(hopper, "float16", 128, "mma").stores_o_bulk
 
 
-def test_long_calls_take_their_own_rows():
-    """Hopper d = 64: calls of at least LONG_SEQLEN_UNMASKED[64] (query rows, and keys a row sees) take the
-    three-warpgroup row, causal ones from LONG_SEQLEN; d = 96: 160-key tiles from LONG_SEQLEN, with or without a
-    mask; other head dims, shorter calls, forced and extended-mask kernels and other targets ignore the length."""
-    hopper, ampere = Target.for_arch("sm_90"), Target.for_arch("sm_80")
-    assert LONG_SEQLEN_UNMASKED[64] < LONG_SEQLEN and 96 not in LONG_SEQLEN_UNMASKED
-    for dtype in ("float16", "bfloat16"):
-        short = select(hopper, dtype, 64)
-        long = select(hopper, dtype, 64, seqlen=LONG_SEQLEN)
-        assert long.kernel == short.kernel == "ws" and long.tile != short.tile
-        assert long.tile.block_m == 192 and long.tile.threads == 512 and long.block_threads == 512
-        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN_UNMASKED[64]) == long
-        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN_UNMASKED[64] - 1) == short
-        assert select(hopper, dtype, 64, seqlen=1) == short
-        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN, causal=True) == long
-        assert select(hopper, dtype, 64, seqlen=LONG_SEQLEN - 1, causal=True) == short
-        assert select(hopper, dtype, 64, "ws", seqlen=1 << 20) == long
-        assert long in shipped_variants(hopper) and short in shipped_variants(hopper)
-        assert select(hopper, dtype, 64, "mma", seqlen=LONG_SEQLEN) == select(hopper, dtype, 64, "mma")
-        assert select(hopper, dtype, 64, mask_ext=True, seqlen=LONG_SEQLEN) == select(hopper, dtype, 64, mask_ext=True)
-        assert select(ampere, dtype, 64, seqlen=LONG_SEQLEN) == select(ampere, dtype, 64)
+def test_lengths_take_their_band():
+    band = Lengths(257, 4095, causal=False)
+    assert band.take(257, False) and band.take(4095, False)
+    assert not band.take(256, False) and not band.take(4096, False) and not band.take(1000, True)
+    assert Lengths(2048).take(1 << 30, True) and Lengths(2048).take(2048, False) and not Lengths(2048).take(2047, True)
 
-        short96, long96 = select(hopper, dtype, 96), select(hopper, dtype, 96, seqlen=LONG_SEQLEN)
+
+def test_length_rows_take_their_calls():
+    """Hopper d = 64: calls of up to 128 (query rows, and keys a row sees) take four K/V stages and three Q buffers;
+    without a mask 257-4095 the three-warpgroup row with two Q buffers, from 4096 (causal from 2048) with one; d = 96:
+    160-key tiles from 2048, with or without a mask; d = 256: 32-key tiles with two Q buffers up to 256. Other head
+    dims, other lengths, forced and extended-mask kernels and other targets ignore the length."""
+    hopper, ampere = Target.for_arch("sm_90"), Target.for_arch("sm_80")
+    shipped = shipped_variants(hopper)
+    for dtype in ("float16", "bfloat16"):
+        plain = select(hopper, dtype, 64)
+        assert plain.kernel == "ws" and (plain.tile.block_m, plain.tile.stages, plain.tile.q_stages) == (128, 3, 2)
+        short = select(hopper, dtype, 64, seqlen=128)
+        assert (short.tile.block_m, short.tile.stages, short.tile.q_stages) == (128, 4, 3) and short.stores_o_bulk
+        medium, long = select(hopper, dtype, 64, seqlen=257), select(hopper, dtype, 64, seqlen=4096)
+        assert long.tile.block_m == medium.tile.block_m == 192 and long.block_threads == 512
+        assert (medium.tile.q_stages, long.tile.q_stages) == (2, 1)
+        assert medium.tile == replace(long.tile, q_stages=2)
+        for causal in (False, True):
+            assert select(hopper, dtype, 64, seqlen=1, causal=causal) == short
+            assert select(hopper, dtype, 64, seqlen=129, causal=causal) == plain
+        assert select(hopper, dtype, 64, seqlen=256) == plain and select(hopper, dtype, 64, seqlen=4095) == medium
+        assert select(hopper, dtype, 64, seqlen=1 << 20) == long == select(hopper, dtype, 64, "ws", seqlen=1 << 20)
+        assert select(hopper, dtype, 64, seqlen=2047, causal=True) == plain
+        assert select(hopper, dtype, 64, seqlen=2048, causal=True) == long
+        assert {plain, short, medium, long} <= set(shipped)
+        assert select(hopper, dtype, 64, "mma", seqlen=4096) == select(hopper, dtype, 64, "mma")
+        assert select(hopper, dtype, 64, mask_ext=True, seqlen=4096) == select(hopper, dtype, 64, mask_ext=True)
+        assert select(ampere, dtype, 64, seqlen=4096) == select(ampere, dtype, 64)
+
+        short96, long96 = select(hopper, dtype, 96), select(hopper, dtype, 96, seqlen=2048)
         assert (short96.tile.block_n, long96.tile.block_n) == (128, 160)
         assert short96.stores_o_bulk and long96.stores_o_bulk and long96.smem_bytes <= hopper.smem_per_block
         for causal in (False, True):
-            assert select(hopper, dtype, 96, seqlen=LONG_SEQLEN, causal=causal) == long96
-            assert select(hopper, dtype, 96, seqlen=LONG_SEQLEN - 1, causal=causal) == short96
-        assert long96 in shipped_variants(hopper)
-        assert select(hopper, dtype, 96, mask_ext=True, seqlen=LONG_SEQLEN) == select(hopper, dtype, 96, mask_ext=True)
-        assert select(ampere, dtype, 96, seqlen=LONG_SEQLEN) == select(ampere, dtype, 96)
-        for d in (128, 256):
-            assert select(hopper, dtype, d, seqlen=LONG_SEQLEN) == select(hopper, dtype, d)
-    assert select(hopper, "float32", 64, seqlen=LONG_SEQLEN) == select(hopper, "float32", 64)
+            assert select(hopper, dtype, 96, seqlen=2048, causal=causal) == long96
+            assert select(hopper, dtype, 96, seqlen=2047, causal=causal) == short96 == select(hopper, dtype, 96,
+                                                                                                seqlen=1)
+        assert long96 in shipped
+        assert select(hopper, dtype, 96, mask_ext=True, seqlen=2048) == select(hopper, dtype, 96, mask_ext=True)
+        assert select(ampere, dtype, 96, seqlen=2048) == select(ampere, dtype, 96)
 
-
-def test_short_calls_take_their_own_rows():
-    """Hopper d = 256: calls of at most SHORT_SEQLEN (query rows, or keys a row sees) take 32-key tiles with two Q
-    buffers (the output leaving through one); longer calls, other head dims, forced and extended-mask kernels and
-    other targets ignore the length."""
-    hopper, ampere = Target.for_arch("sm_90"), Target.for_arch("sm_80")
-    for dtype in ("float16", "bfloat16"):
-        plain = select(hopper, dtype, 256)
-        short = select(hopper, dtype, 256, seqlen=SHORT_SEQLEN)
-        assert short.kernel == plain.kernel == "ws" and short.tile != plain.tile
-        assert short.tile.block_n == 32 and short.tile.q_stages == 2 and short.stores_o_bulk
-        assert short.smem_bytes <= hopper.smem_per_block
-        assert select(hopper, dtype, 256, seqlen=1) == short
-        assert select(hopper, dtype, 256, seqlen=SHORT_SEQLEN + 1) == plain == select(hopper, dtype, 256,
-                                                                                       seqlen=LONG_SEQLEN)
-        assert short in shipped_variants(hopper) and plain in shipped_variants(hopper)
+        plain256, short256 = select(hopper, dtype, 256), select(hopper, dtype, 256, seqlen=256)
+        assert short256.kernel == "ws" and short256.tile.block_n == 32 and short256.tile.q_stages == 2
+        assert short256.stores_o_bulk and short256.smem_bytes <= hopper.smem_per_block
+        for causal in (False, True):
+            assert select(hopper, dtype, 256, seqlen=1, causal=causal) == short256
+            assert select(hopper, dtype, 256, seqlen=257, causal=causal) == plain256
+        assert select(hopper, dtype, 256, seqlen=1 << 20) == plain256 and {plain256, short256} <= set(shipped)
         assert select(hopper, dtype, 256, "mma", seqlen=1) == select(hopper, dtype, 256, "mma")
         assert select(hopper, dtype, 256, mask_ext=True, seqlen=1) == select(hopper, dtype, 256, mask_ext=True)
         assert select(ampere, dtype, 256, seqlen=1) == select(ampere, dtype, 256)
-        for d in (64, 96, 128):
-            assert select(hopper, dtype, d, seqlen=1) == select(hopper, dtype, d)
+        for n in (1, 128, 2048, 1 << 20):
+            assert select(hopper, dtype, 128, seqlen=n) == select(hopper, dtype, 128)
+    assert select(hopper, "float32", 64, seqlen=4096) == select(hopper, "float32", 64)
     assert select(hopper, "float32", 128, seqlen=1) == select(hopper, "float32", 128)
+    # every band's row is a shipped variant that fits
+    for (dtype, d), bands in WS_TILES_BY_LENGTH["sm90"].items():
+        for lengths, tile in bands:
+            spec = select(hopper, dtype, d, seqlen=lengths.first, causal=bool(lengths.causal))
+            assert spec.tile == tile and spec in shipped and spec.smem_bytes <= hopper.smem_per_block
 
 
 def test_min_blocks_reaches_the_launch_bounds():
