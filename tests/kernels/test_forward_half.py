@@ -105,7 +105,8 @@ def length_cases():
     for (dtype, d), bands in WS_TILES_BY_LENGTH["sm90"].items():
         for lengths, tile in bands if dtype == "bfloat16" else ():
             rows = lengths.first + 5 if lengths.first > 1 else lengths.last - 3
-            cases += [(d, causal, rows, tile) for causal in (False, True) if lengths.causal in (None, causal)]
+            cases += [pytest.param(d, causal, rows, tile, id=f"d{d}-{'causal' if causal else 'nomask'}-{rows}")
+                      for causal in (False, True) if lengths.causal in (None, causal)]
     return cases
 
 
@@ -113,10 +114,10 @@ def length_cases():
 @pytest.mark.parametrize("d,causal,rows,tile", length_cases())
 def test_length_rows_with_several_query_blocks_per_multiprocessor(gen, on_half_target, dtype, d, causal, rows, tile):
     # Each length row (Hopper: d = 64 short calls with four K/V stages and three Q buffers, 192-row blocks of three
-    # computing warpgroups with two Q buffers or one; d = 96 160-key tiles; d = 256 32-key tiles): partial last query
-    # and key blocks, Nq != Nk, grouped heads, and more query blocks than SMs. The call's length is its query rows
-    # (its 2 * rows + 1 keys, half of them under a causal mask, are more).
-    batch, heads = (2, 96) if rows <= 256 else (1, 16)
+    # computing warpgroups with two Q buffers or one; d = 96 160-key tiles; d = 256 32-key tiles, causal calls 64-key
+    # tiles): partial last query and key blocks, Nq != Nk, grouped heads, and more query blocks than SMs. The call's
+    # length is its query rows (its 2 * rows + 1 keys, half of them under a causal mask, are more).
+    batch, heads = (2, 96) if rows <= 512 else (1, 16)
     q = rand(gen, dtype, batch, heads, rows, d)
     k, v = (rand(gen, dtype, batch, heads // 4, 2 * rows + 1, d) for _ in range(2))
     chosen = []

@@ -189,8 +189,9 @@ def test_lengths_take_their_band():
 def test_length_rows_take_their_calls():
     """Hopper d = 64: calls of up to 128 (query rows, and keys a row sees) take four K/V stages and three Q buffers;
     without a mask 257-4095 the three-warpgroup row with two Q buffers, from 4096 (causal from 2048) with one; d = 96:
-    160-key tiles from 2048, with or without a mask; d = 256: 32-key tiles with two Q buffers up to 256. Other head
-    dims, other lengths, forced and extended-mask kernels and other targets ignore the length."""
+    160-key tiles from 2048, with or without a mask; d = 256: 32-key tiles with two Q buffers up to 256, causal calls
+    64-key tiles from 257 to 512. Other head dims, other lengths, forced and extended-mask kernels and other targets
+    ignore the length."""
     hopper, ampere = Target.for_arch("sm_90"), Target.for_arch("sm_80")
     shipped = shipped_variants(hopper)
     for dtype in ("float16", "bfloat16"):
@@ -230,8 +231,14 @@ def test_length_rows_take_their_calls():
         assert short256.stores_o_bulk and short256.smem_bytes <= hopper.smem_per_block
         for causal in (False, True):
             assert select(hopper, dtype, 256, seqlen=1, causal=causal) == short256
-            assert select(hopper, dtype, 256, seqlen=257, causal=causal) == plain256
-        assert select(hopper, dtype, 256, seqlen=1 << 20) == plain256 and {plain256, short256} <= set(shipped)
+            assert select(hopper, dtype, 256, seqlen=513, causal=causal) == plain256
+        causal256 = select(hopper, dtype, 256, seqlen=257, causal=True)
+        assert causal256 == select(hopper, dtype, 256, seqlen=512, causal=True)
+        assert (causal256.tile.block_n, causal256.tile.stages) == (64, 2)
+        assert causal256.smem_bytes <= hopper.smem_per_block
+        assert select(hopper, dtype, 256, seqlen=257) == select(hopper, dtype, 256, seqlen=512) == plain256
+        assert select(hopper, dtype, 256, seqlen=1 << 20) == plain256
+        assert {plain256, short256, causal256} <= set(shipped)
         assert select(hopper, dtype, 256, "mma", seqlen=1) == select(hopper, dtype, 256, "mma")
         assert select(hopper, dtype, 256, mask_ext=True, seqlen=1) == select(hopper, dtype, 256, mask_ext=True)
         assert select(ampere, dtype, 256, seqlen=1) == select(ampere, dtype, 256)
