@@ -17,11 +17,11 @@
 // windows and packed sequences. The maps read past the tensors' ends as zeros, past a packed sequence's end the next
 // sequence's rows: the softmax masks those keys, and their V rows are zeroed before P·V (whatever they hold, NaN
 // included, adds nothing); query rows past a sequence's end are not stored. With PA_STORE_O_BULK (16-bit, two Q
-// buffers) a computing warpgroup writes its normalized output rows into its rows of the job's Q buffer (matrix stores)
-// and one of its threads stores them with bulk tensor copies, which clip the rows past the end; that thread releases
-// the buffer once the copies have read it, after the next job's first Q·K^T, so the stores run behind the next job's
-// first products. (The maps clip rows only at the packed tensors' end: the threads store a packed sequence's last rows
-// from the buffer themselves.)
+// buffers or more) a computing warpgroup writes its normalized output rows into its rows of the job's Q buffer (matrix
+// stores) and one of its threads stores them with bulk tensor copies, which clip the rows past the end; that thread
+// releases the buffer once the copies have read it, after the next job's first Q·K^T, so the stores run behind the next
+// job's first products. (The maps clip rows only at the packed tensors' end: the threads store a packed sequence's last
+// rows from the buffer themselves.)
 //
 // float32: the unit reads split tiles (pa_tile.cuh). The copying warpgroups' other warps make them: each K tile is
 // split in place into its TF32 part and a second tile of the rest, and each V tile, copied into one of two landing
@@ -29,8 +29,9 @@
 // instead of the copies, and split their own Q rows before the first tile. P·V of a tile is summed apart and added to
 // the output in the registers (the unit's accumulation truncates).
 //
-// Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (64, 80, 128 or 160; float32: 32 or 64), PA_THREADS,
-// PA_TMA_STAGES, PA_Q_STAGES (Q buffers: with 2 the next job's Q is copied before the current one's last Q·K^T),
+// Defined by the host: PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N (32, 64, 80, 128 or 160; float32: 32 or 64), PA_THREADS,
+// PA_TMA_STAGES, PA_Q_STAGES (one to four Q buffers: with n, the copies of the next n - 1 jobs' Q, and of their K and
+// V behind each, may start before the current job's last Q·K^T),
 // PA_STORE_O_BULK, PA_SMEM_BYTES, PA_BF16 or PA_F32, PA_MMA_WGMMA (1); PA_MASK_EXT with PA_SCORE_MOD 0.
 #include "pa_fwd_params.cuh"
 #include "pa_softmax.cuh"
