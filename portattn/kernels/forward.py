@@ -235,8 +235,8 @@ def length_rows(dtypes: tuple[str, ...], by_head_dim: dict[int, tuple[tuple[Leng
 # rows (causal N = 512, not causal N = 256; H100, bf16 and fp16, two rounds in alternating processes on each of two
 # machine starts), 0.96-1.00x at 512 and 0.77-0.86x from 1024 on, where each job's key tiles outweigh its start and end.
 # d = 256, causal calls of 257-512 (514-1024 rows): 64-key tiles, 1.06-1.08x the 80-key ones at 640 rows, 1.00-1.02x
-# at 768, 1.02-1.04x at 1024, 0.98-1.00x at 1280; without a mask 0.91-0.99x at 384 and 640-1024 rows (1.02-1.03x at
-# 512, which 64-key tiles divide), and 0.93-0.97x at 2048 (H200, bf16 and fp16, one process, alternating over four
+# at 768, 1.02-1.04x at 1024, 0.98-1.00x at 1280; without a mask 0.91-1.00x at 384 and 640-1024 rows (1.02-1.03x at
+# 512, which 64-key tiles divide), and 0.93-0.94x at 2048 (H200, bf16 and fp16, one process, alternating over four
 # rounds, two runs).
 _WS_64_192 = T(block_m=192, block_n=128, threads=512, warpgroup_mma=True, stages=2)
 WS_TILES_BY_LENGTH: dict[str, LengthRows] = {

@@ -129,6 +129,20 @@ def test_length_rows_with_several_query_blocks_per_multiprocessor(gen, on_half_t
         assert expected.tile == tile
 
 
+@pytest.mark.parametrize("d,rows", [(64, 256), (96, 256), (128, 256), (256, 600)])
+def test_last_key_tiles_seen_in_part(gen, on_half_target, d, rows):
+    # Key tiles that a block's rows see only in part: causal calls whose diagonal falls at every 16 keys of a tile
+    # (Nk - Nq from 1 to 113, bottom-right alignment), and calls without a mask whose last tile holds 1 to 128 keys.
+    for extra in range(0, 128, 16):
+        q = rand(gen, torch.bfloat16, 1, 8, rows, d)
+        k, v = (rand(gen, torch.bfloat16, 1, 2, rows + extra + 1, d) for _ in range(2))
+        check(q, k, v, causal=True, against_sdpa=False)
+    for keys in (129, 150, 192, 193, 255, 256):
+        q = rand(gen, torch.bfloat16, 1, 8, 200, d)
+        k, v = (rand(gen, torch.bfloat16, 1, 2, keys, d) for _ in range(2))
+        check(q, k, v, against_sdpa=False)
+
+
 @pytest.mark.parametrize("d", [64, 128])
 def test_query_blocks_without_keys_among_many(gen, d):
     """flash-attn's causal alignment (bottom-right) with more queries than keys: the first 2000 - 700 rows see no
