@@ -193,6 +193,7 @@ class Lengths:
     causal: bool | None = None
 
     def take(self, seqlen: int, causal: bool) -> bool:
+        """Whether a call of length ``seqlen`` (causal or not) lies in the band."""
         return (self.first <= seqlen and (self.last is None or seqlen <= self.last)
                 and self.causal in (None, causal))
 
@@ -208,7 +209,7 @@ def length_rows(dtypes: tuple[str, ...], by_head_dim: dict[int, tuple[tuple[Leng
 # Warp-specialized rows for calls of some lengths only (plain and causal calls; windows and packed sequences keep
 # WS_TILES_EXT), per (dtype, head dim): the first band that takes a call gives its row, else WS_TILES does.
 # d = 64, short calls (up to 128 rows, or 256 causal ones): four K and V buffers and three Q buffers (the copies run up
-# to three jobs ahead of the products; with two Q buffers the next job's Q waits for the bulk stores of the one before):
+# to two jobs ahead of the products; with two Q buffers the next job's Q waits for the bulk stores of the one before):
 # 1.04-1.05x the WS_TILES row at 128 rows without a mask, 1.01-1.03x causal, 1.01x causal at 256; at 256 rows
 # without a mask 0.99-1.00x, causal at 512 0.99x (H200, bf16 and fp16, one process, alternating over four rounds, two
 # runs); four K/V stages with two Q buffers 0.97-1.01x, three with three or four Q buffers 0.95-1.04x, five with three
