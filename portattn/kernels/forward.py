@@ -201,11 +201,6 @@ class Lengths:
 LengthRows = dict[tuple[str, int], tuple[tuple[Lengths, TileConfig], ...]]
 
 
-def length_rows(dtypes: tuple[str, ...], by_head_dim: dict[int, tuple[tuple[Lengths, TileConfig], ...]]) -> LengthRows:
-    """Length rows: the same bands for each dtype, per head dim."""
-    return {(dt, d): bands for dt in dtypes for d, bands in by_head_dim.items()}
-
-
 # Warp-specialized rows for calls of some lengths only (plain and causal calls; windows and packed sequences keep
 # WS_TILES_EXT), per (dtype, head dim): the first band that takes a call gives its row, else WS_TILES does.
 # d = 64, short calls (up to 128 rows, or 256 causal ones): four K and V buffers and three Q buffers (the copies run up
@@ -241,7 +236,7 @@ def length_rows(dtypes: tuple[str, ...], by_head_dim: dict[int, tuple[tuple[Leng
 # rounds, two runs).
 _WS_64_192 = T(block_m=192, block_n=128, threads=512, warpgroup_mma=True, stages=2)
 WS_TILES_BY_LENGTH: dict[str, LengthRows] = {
-    "sm90": length_rows(HALF, {
+    "sm90": rows(HALF, {
         64: ((Lengths(1, 128), T(block_m=128, block_n=128, threads=384, warpgroup_mma=True, stages=4, q_stages=3)),
              (Lengths(257, 4095, causal=False), replace(_WS_64_192, q_stages=2)),
              (Lengths(4096, causal=False), _WS_64_192),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import Callable, ClassVar, TypeVar
 
 import torch
 
@@ -61,11 +61,12 @@ class TileConfig:
 
 
 Rows = dict[tuple[str, int], TileConfig]
+Row = TypeVar("Row")
 
 
-def rows(dtypes: tuple[str, ...], by_head_dim: dict[int, TileConfig]) -> Rows:
-    """Table rows: the same tile for each dtype, per head dim."""
-    return {(dt, d): tile for dt in dtypes for d, tile in by_head_dim.items()}
+def rows(dtypes: tuple[str, ...], by_head_dim: dict[int, Row]) -> dict[tuple[str, int], Row]:
+    """Table rows: the same row (a tile, or the forward's length bands) for each dtype, per head dim."""
+    return {(dt, d): row for dt in dtypes for d, row in by_head_dim.items()}
 
 
 @dataclass(frozen=True)
