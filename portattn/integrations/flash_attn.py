@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import torch
 
 from ..ops import attention as ops
-from ..ops.kvcache import attention_with_kvcache
+from ..ops.kvcache import attention_with_kvcache, check_arguments
 from ..ops.support import check_dims, qkv_problem
 
 __all__ = [
@@ -183,6 +183,36 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: to
     return torch.cat((rot.to(x.dtype), rest), dim=-1)
 
 
+def _rotate_new(q: torch.Tensor, k: torch.Tensor, cos: object, sin: object, cache_seqlens: object,
+                masked: bool, interleaved: object, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and the new k rotated at their cache positions (flash-attn's rotary embedding for decoding): the new keys
+    at ``cache_seqlens + i``; the queries there too when ``masked`` (causal or windowed), else all at
+    ``cache_seqlens``. The tables must cover the cache's ``capacity`` positions."""
+    if not isinstance(cos, torch.Tensor) or not isinstance(sin, torch.Tensor):
+        raise TypeError("rotary_cos and rotary_sin must be torch.Tensors")
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"rotary_interleaved must be a bool, got {type(interleaved).__name__}")
+    if (cos.dim() != 2 or sin.shape != cos.shape or 2 * cos.shape[1] > q.shape[-1] or cos.shape[0] < capacity
+            or not cos.is_floating_point() or sin.dtype != cos.dtype):
+        raise ValueError("rotary_cos and rotary_sin must be floating [seqlen_ro, rotary_dim / 2] with seqlen_ro >= "
+                         f"the cache's {capacity} positions and rotary_dim <= head_dim, got {tuple(cos.shape)} "
+                         f"{cos.dtype} and {tuple(sin.shape)} {sin.dtype}")
+    for name, t in (("rotary_cos", cos), ("rotary_sin", sin)):
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    if isinstance(cache_seqlens, torch.Tensor):
+        start = cache_seqlens.to(q.device, torch.int64).unsqueeze(1)
+    else:
+        start = torch.full((q.shape[0], 1), cache_seqlens, dtype=torch.int64, device=q.device)
+    # Lengths on the device are checked by the kernels (NaN for a sequence they do not fit): the positions are held
+    # inside the tables so that the lookups never read outside them.
+    last = cos.shape[0] - 1
+    k_pos = (start + torch.arange(k.shape[1], device=q.device)).clamp_(0, last)
+    q_pos = start + torch.arange(q.shape[1], device=q.device) if masked else start.expand(-1, q.shape[1])
+    q_pos = q_pos.clamp(0, last)
+    return _rotate(q, cos, sin, q_pos, interleaved), _rotate(k, cos, sin, k_pos, interleaved)
+
+
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None,
                             rotary_cos: Optional[torch.Tensor] = None, rotary_sin: Optional[torch.Tensor] = None,
@@ -193,11 +223,11 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             rotary_interleaved: bool = True, alibi_slopes: Optional[torch.Tensor] = None,
                             num_splits: int = 0, return_softmax_lse: bool = False):
     """Decoding over a KV cache (``portattn.attention_with_kvcache``) with flash-attn's arguments: new k, v appended
-    in place at ``cache_seqlens`` (an int or int32 ``[batch]``; None: the whole cache), the cache sequence of each
-    batch row (``cache_batch_idx``), left padding (``cache_leftpad``), paged caches through ``block_table``, rotary
-    embedding of q and the new k (``rotary_cos``/``rotary_sin`` ``[seqlen_ro, rotary_dim / 2]``, at the cache
-    positions), windows, softcap and ALiBi. Returns ``out`` (and the LSE ``[batch, heads_q, seq_q]`` with
-    ``return_softmax_lse``)."""
+    in place at ``cache_seqlens`` (an int or int32 ``[batch]``; None: the whole cache, every page of a table), the
+    cache sequence of each batch row (``cache_batch_idx``), left padding (``cache_leftpad``), paged caches through
+    ``block_table``, rotary embedding of q and the new k (``rotary_cos``/``rotary_sin`` ``[seqlen_ro, rotary_dim /
+    2]`` covering the cache's positions, applied at them), windows, softcap and ALiBi. Returns ``out`` (and the LSE
+    ``[batch, heads_q, seq_q]`` with ``return_softmax_lse``)."""
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise ValueError(f"window_size must be a pair (left, right), got {window_size!r}")
     local = tuple(window_size) != (-1, -1)
@@ -205,31 +235,20 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     check_dims("k_cache", k_cache, 4, "[batch, capacity, heads_kv, head_dim] or pages")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    batch = q.shape[0]
+    paged = isinstance(block_table, torch.Tensor) and block_table.dim() == 2
+    capacity = k_cache.shape[1] * (block_table.shape[1] if paged else 1)
     if cache_seqlens is None:
-        cache_seqlens = torch.full((batch,), k_cache.shape[1], dtype=torch.int32, device=q.device)
-    elif isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
-        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
-    elif not isinstance(cache_seqlens, torch.Tensor):
-        raise TypeError(f"cache_seqlens must be an int, an int32 tensor or None, got {type(cache_seqlens).__name__}")
+        cache_seqlens = torch.full((q.shape[0],), capacity, dtype=torch.int32, device=q.device)
     if (rotary_cos is None) != (rotary_sin is None):
         raise ValueError("rotary_cos and rotary_sin must be given together")
     if rotary_cos is not None:
         if k is None:
             raise ValueError("rotary_cos / rotary_sin need the new k and v (rotary embedding applies to new keys)")
-        check_dims("k", k, 4, "[batch, seq_new, heads_kv, head_dim]")
-        if not isinstance(rotary_cos, torch.Tensor) or not isinstance(rotary_sin, torch.Tensor):
-            raise TypeError("rotary_cos and rotary_sin must be torch.Tensors")
-        if not isinstance(rotary_interleaved, bool):
-            raise TypeError(f"rotary_interleaved must be a bool, got {type(rotary_interleaved).__name__}")
-        if rotary_cos.dim() != 2 or rotary_sin.shape != rotary_cos.shape or 2 * rotary_cos.shape[1] > q.shape[-1]:
-            raise ValueError("rotary_cos and rotary_sin must be [seqlen_ro, rotary_dim / 2] with rotary_dim <= "
-                             f"head_dim, got {tuple(rotary_cos.shape)} and {tuple(rotary_sin.shape)}")
-        start = cache_seqlens.to(q.device, torch.int64).unsqueeze(1)
-        k_pos = start + torch.arange(k.shape[1], device=q.device)
-        q_pos = start + torch.arange(q.shape[1], device=q.device) if causal or local else start.expand(-1, q.shape[1])
-        q = _rotate(q, rotary_cos, rotary_sin, q_pos, rotary_interleaved)
-        k = _rotate(k, rotary_cos, rotary_sin, k_pos, rotary_interleaved)
+        # The arguments are checked before the rotation, which indexes the tables with them.
+        check_arguments(q, k_cache, v_cache, cache_seqlens, k, v, block_table, num_splits, cache_batch_idx,
+                        cache_leftpad)
+        q, k = _rotate_new(q, k, rotary_cos, rotary_sin, cache_seqlens, causal or local, rotary_interleaved,
+                           capacity)
     return attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, k=k, v=v,
                                   block_table=block_table, causal=causal, scale=softmax_scale,
                                   num_splits=num_splits, return_lse=return_softmax_lse,

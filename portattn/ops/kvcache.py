@@ -142,7 +142,7 @@ def _check_index(name: str, t: object, batch: int, device: torch.device,
     return t.tolist()
 
 
-def _check(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k: object, v: object,
+def check_arguments(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k: object, v: object,
            block_table: object, num_splits: object, cache_batch_idx: object = None,
            cache_leftpad: object = None) -> int:
     """Validate without touching the device; returns the largest number of keys of a sequence (-1: not known,
@@ -270,8 +270,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     replay = eager.lookup(key)
     if replay is not None:
         return replay(q, k_cache, v_cache, cache_seqlens, k, v, block_table)
-    max_keys = _check(q, k_cache, v_cache, cache_seqlens, k, v, block_table, num_splits, cache_batch_idx,
-                      cache_leftpad)
+    max_keys = check_arguments(q, k_cache, v_cache, cache_seqlens, k, v, block_table, num_splits, cache_batch_idx,
+                               cache_leftpad)
     problem = options_problem(causal, scale, return_lse) or mask_problem(q.transpose(1, 2), k_cache.transpose(1, 2),
                                                              "bottom-right", window, softcap, alibi_slopes, None)
     if problem:

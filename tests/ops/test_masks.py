@@ -364,6 +364,23 @@ def test_flash_attn_with_kvcache_rotary(gen):
             assert max_rel(out[i], ref[0].transpose(0, 1)) <= OUT_TOL[torch.float16]
 
 
+def test_flash_attn_with_kvcache_rotary_bad_lengths_on_the_gpu_give_nan(gen):
+    """A length on the GPU that does not fit the cache gives NaN for its sequence with rotary embedding too (the
+    table lookups stay inside the tables); the other sequence is right."""
+    b, cap, hk, hq, d, new = 3, 64, 2, 4, 64, 2
+    k_cache, v_cache = rand(gen, torch.float16, b, cap, hk, d), rand(gen, torch.float16, b, cap, hk, d)
+    q, k, v = (rand(gen, torch.float16, b, new, h, d) for h in (hq, hk, hk))
+    angles = torch.rand(cap, d // 4, device="cuda", generator=gen) * 6
+    lens = torch.tensor([20, cap - 1, -3], dtype=torch.int32, device="cuda")
+    out = flash_attn_with_kvcache(q, k_cache.clone(), v_cache.clone(), k, v, angles.cos(), angles.sin(), lens,
+                                  causal=True)
+    torch.cuda.synchronize()
+    assert out[1:].isnan().all() and not out[0].isnan().any()
+    good = flash_attn_with_kvcache(q[:1], k_cache[:1].clone(), v_cache[:1].clone(), k[:1], v[:1], angles.cos(),
+                                   angles.sin(), lens[:1], causal=True)
+    assert max_rel(out[:1], good) <= OUT_TOL[torch.float16]
+
+
 KVCACHE_MASKS = {
     "window": dict(causal=True, window=(37, 0)),
     "window-both": dict(causal=False, window=(50, 7)),

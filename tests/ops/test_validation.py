@@ -110,10 +110,29 @@ NEW, ANGLES = t(2, 1, 2, 64), t(33, 16)
      r"q must be 4-D \[batch, seq, heads, head_dim\], got shape \(64,\)"),
     ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), {"causal": 1}, TypeError, "causal must be a bool, got int"),
     ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), dict(k=NEW, v=NEW, rotary_cos=ANGLES, rotary_sin=ANGLES,
-                                                         rotary_interleaved=1), TypeError,
+                                                         cache_seqlens=5, rotary_interleaved=1), TypeError,
      "rotary_interleaved must be a bool, got int"),
     ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), dict(k=t(2, 64), v=NEW, rotary_cos=ANGLES, rotary_sin=ANGLES),
-     ValueError, r"k must be 4-D \[batch, seq_new, heads_kv, head_dim\], got shape \(2, 64\)"),
+     ValueError, r"k must be 4-D \[batch, seqlen_new, heads_kv, head_dim\], got shape \(2, 64\)"),
+    # the arguments the rotation indexes with are checked before it
+    ("flash_attn_with_kvcache", (t(4, 1, 4, 64), CACHE, CACHE), dict(k=NEW, v=NEW, rotary_cos=ANGLES,
+                                                                     rotary_sin=ANGLES, cache_seqlens=5),
+     ValueError, "k_cache holds 2 sequences but q has batch 4"),
+    ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), dict(k=NEW, v=NEW, rotary_cos=ANGLES, rotary_sin=ANGLES),
+     ValueError, "cache_seqlens\\[0\\] = 32 with 1 new keys does not fit the cache's 32 keys"),
+    # without cache_seqlens every sequence fills its cache: paged, all the pages of its table
+    ("flash_attn_with_kvcache", (Q1, t(6, 16, 2, 64), t(6, 16, 2, 64)),
+     dict(k=NEW, v=NEW, block_table=torch.zeros(2, 3, dtype=torch.int32)), ValueError,
+     "cache_seqlens\\[0\\] = 48 with 1 new keys does not fit the cache's 48 keys"),
+    ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), dict(k=NEW, v=NEW, rotary_cos=t(31, 16), rotary_sin=t(31, 16),
+                                                         cache_seqlens=5), ValueError,
+     r"seqlen_ro >= the cache's 32 positions .* got \(31, 16\)"),
+    ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), dict(k=NEW, v=NEW, rotary_cos=t(33, 16, dtype=torch.int32),
+                                                         rotary_sin=t(33, 16, dtype=torch.int32), cache_seqlens=5),
+     ValueError, "rotary_cos and rotary_sin must be floating"),
+    ("flash_attn_with_kvcache", (Q1, CACHE, CACHE), dict(k=NEW, v=NEW, rotary_cos=ANGLES, cache_seqlens=5,
+                                                         rotary_sin=t(33, 16, device="meta")),
+     ValueError, "rotary_sin is on meta but q is on cpu"),
 ])
 def test_flash_attn_packed_and_cache_bad_arguments(fn, args, kwargs, exc, match):
     import portattn.flash_attn
