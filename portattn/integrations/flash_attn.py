@@ -238,7 +238,7 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     paged = isinstance(block_table, torch.Tensor) and block_table.dim() == 2
     capacity = k_cache.shape[1] * (block_table.shape[1] if paged else 1)
     if cache_seqlens is None:
-        cache_seqlens = torch.full((q.shape[0],), capacity, dtype=torch.int32, device=q.device)
+        cache_seqlens = capacity
     if (rotary_cos is None) != (rotary_sin is None):
         raise ValueError("rotary_cos and rotary_sin must be given together")
     if rotary_cos is not None:
@@ -249,6 +249,9 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                         cache_leftpad)
         q, k = _rotate_new(q, k, rotary_cos, rotary_sin, cache_seqlens, causal or local, rotary_interleaved,
                            capacity)
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        # as a tensor on q's device, so that calls of one signature replay (ops/eager.py)
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     return attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, k=k, v=v,
                                   block_table=block_table, causal=causal, scale=softmax_scale,
                                   num_splits=num_splits, return_lse=return_softmax_lse,

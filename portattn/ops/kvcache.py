@@ -143,8 +143,8 @@ def _check_index(name: str, t: object, batch: int, device: torch.device,
 
 
 def check_arguments(q: object, k_cache: object, v_cache: object, cache_seqlens: object, k: object, v: object,
-           block_table: object, num_splits: object, cache_batch_idx: object = None,
-           cache_leftpad: object = None) -> int:
+                    block_table: object, num_splits: object, cache_batch_idx: object = None,
+                    cache_leftpad: object = None) -> int:
     """Validate without touching the device; returns the largest number of keys of a sequence (-1: not known,
     the lengths live on the device, where the kernels check them, as they check index tensors there)."""
     q = check_dims("q", q, 4, "[batch, seqlen_q, heads, head_dim]")
