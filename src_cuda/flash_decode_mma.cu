@@ -136,12 +136,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     pa_mma_c acc[MT][ON];
     PaSoftmax<MT> sm;
     pa_softmax_init(sm);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int j = 0; j < ON; ++j)
-#pragma unroll
-            for (int i = 0; i < PA_MMA_C_REGS; ++i) acc[mt][j][i] = 0.f;
+    pa_mma_c_zero(acc);
 
     for (int t = 0; t < tiles; ++t) {
         const int n0 = n_begin + t * BN, slot = t % STAGES;

@@ -354,10 +354,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 1) pa_flash_fwd_ws(cons
         pa_mma_c(&pv)[1][ON] = F32 ? part : acc;
         PaSoftmax<1> sm;
         pa_softmax_init(sm);
-#pragma unroll
-        for (int c = 0; c < ON; ++c)
-#pragma unroll
-            for (int r = 0; r < PA_MMA_C_REGS; ++r) acc[0][c][r] = 0.f;
+        pa_mma_c_zero(acc);
         pa_mma_a probs[1][BN / PA_MMA_K];  // P of the previous tile, the left operand of its P·V
         auto add_part = [&]() {
 #pragma unroll

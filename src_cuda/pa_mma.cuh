@@ -44,3 +44,17 @@
 #error "PA_MMA_WGMMA needs NVIDIA 32-lane warps (sm_90a)"
 #endif
 #define PA_MMA_C_REGS (PA_MMA_C_ROWS * PA_MMA_C_COLS)  // floats per C fragment
+
+// C fragments set to zero: a row of N of them, or an MT x N array.
+template <int N>
+PA_DEVICE void pa_mma_c_zero(pa_mma_c (&c)[N]) {
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+#pragma unroll
+        for (int i = 0; i < PA_MMA_C_REGS; ++i) c[j][i] = 0.f;
+}
+template <int MT, int N>
+PA_DEVICE void pa_mma_c_zero(pa_mma_c (&c)[MT][N]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) pa_mma_c_zero(c[mt]);
+}

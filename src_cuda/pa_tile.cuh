@@ -252,7 +252,7 @@ template <int ROWS>
 PA_DEVICE void pa_tile_load_b_kn(pa_mma_b& b, const pa_elem* tile, int r0, int c0) {
     pa_mma_load_b_kn(b, tile + pa_tile_offset<ROWS>(r0, c0), PA_TILE_LD);
 }
-#endif  // PA_TILE_SWIZZLED
+#endif            // PA_TILE_SWIZZLED
 template <int MT>
 PA_DEVICE int pa_wave_row(int mt) {
     return (pa_wave_id() / PA_KEY_WAVES * MT + mt) * PA_MMA_M;
@@ -260,12 +260,7 @@ PA_DEVICE int pa_wave_row(int mt) {
 
 template <int MT, int SN, int BM, int BN>
 PA_DEVICE void pa_tile_qk(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s, int k_row0 = 0) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int j = 0; j < SN; ++j)
-#pragma unroll
-            for (int i = 0; i < PA_MMA_C_REGS; ++i) s[mt][j][i] = 0.f;
+    pa_mma_c_zero(s);
 #pragma unroll 2  // unrolling all of the head dim lets the fragment loads run ahead and spill
     for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += PA_MMA_K) {
         pa_mma_a a[MT];
@@ -294,12 +289,7 @@ PA_DEVICE void pa_tile_pv(pa_mma_c (&acc)[MT][ON], const pa_mma_c (&p)[MT][SN], 
 #pragma unroll
         for (int j = 0; j < ON; j += PA_MMA_B_TILES) {
             pa_mma_c part[MT][PA_MMA_B_TILES];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int t = 0; t < PA_MMA_B_TILES; ++t)
-#pragma unroll
-                    for (int i = 0; i < PA_MMA_C_REGS; ++i) part[mt][t][i] = 0.f;
+            pa_mma_c_zero(part);
 #pragma unroll
             for (int kk = 0; kk < BN / PA_MMA_K; ++kk) {
                 pa_mma_b vb;

@@ -140,10 +140,7 @@ static_assert(DQ_LAST > 0 && DQ_LAST <= DQ_N, "the head dim's dQ slices");
 // of the block, completed; then waits until the writers are done with tile t - 1 (`empty`).
 template <int ON, class Step>
 PA_DEVICE void dq_product(pa_mma_c (&part)[ON], const Step& step, unsigned long long* empty, int t) {
-#pragma unroll
-    for (int j = 0; j < ON; ++j)
-#pragma unroll
-        for (int i = 0; i < PA_MMA_C_REGS; ++i) part[j][i] = 0.f;
+    pa_mma_c_zero(part);
     pa_wgmma_fence();
 #pragma unroll
     for (int k0 = 0; k0 < BN; k0 += PA_MMA_K) step(&part[0][0], k0);
@@ -275,10 +272,7 @@ PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq, int m0
     for (int u = pa_wave_id(); u < UNITS; u += WAVES) {
         const int rt = u / COL_UNITS, ct = u % COL_UNITS;
         pa_mma_c part[PA_MMA_B_TILES];
-#pragma unroll
-        for (int t = 0; t < PA_MMA_B_TILES; ++t)
-#pragma unroll
-            for (int i = 0; i < PA_MMA_C_REGS; ++i) part[t][i] = 0.f;
+        pa_mma_c_zero(part);
 #pragma unroll
         for (int k0 = 0; k0 < BN; k0 += PA_MMA_K) {
             pa_mma_a a;
@@ -421,12 +415,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
     pa_async_commit();
 
     pa_mma_c dk[MT][OC], dv[MT][OC];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int j = 0; j < OC; ++j)
-#pragma unroll
-            for (int i = 0; i < PA_MMA_C_REGS; ++i) dk[mt][j][i] = dv[mt][j][i] = 0.f;
+    pa_mma_c_zero(dk);
+    pa_mma_c_zero(dv);
 
     for (int t = 0; t < tiles; ++t) {
         const int h = tile_head(t), m0 = tile_row(t), buf = t % STAGES;

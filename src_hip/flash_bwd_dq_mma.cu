@@ -69,12 +69,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, PA_MIN_BLOCKS) pa_flash
     pa_bwd_load_rows<BM>(lse_s, delta_s, p, pa_bwd_row0(p, seq, b, h), seq.seqlen_q, m0);
 
     pa_mma_c dq[MT][OC];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int j = 0; j < OC; ++j)
-#pragma unroll
-            for (int i = 0; i < PA_MMA_C_REGS; ++i) dq[mt][j][i] = 0.f;
+    pa_mma_c_zero(dq);
 
     const pa_elem* k = static_cast<const pa_elem*>(p.k) + b * p.k_sb + h_kv * p.k_sh + seq.k_start * p.k_sn;
     const pa_elem* v = static_cast<const pa_elem*>(p.v) + b * p.v_sb + h_kv * p.v_sh + seq.k_start * p.v_sn;
