@@ -183,7 +183,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: to
     return torch.cat((rot.to(x.dtype), rest), dim=-1)
 
 
-def _rotate_new(q: torch.Tensor, k: torch.Tensor, cos: object, sin: object, cache_seqlens: object,
+def _rotate_new(q: torch.Tensor, k: torch.Tensor, cos: object, sin: object, cache_seqlens: torch.Tensor,
                 masked: bool, interleaved: object, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
     """q and the new k rotated at their cache positions (flash-attn's rotary embedding for decoding): the new keys
     at ``cache_seqlens + i``; the queries there too when ``masked`` (causal or windowed), else all at
@@ -200,10 +200,7 @@ def _rotate_new(q: torch.Tensor, k: torch.Tensor, cos: object, sin: object, cach
     for name, t in (("rotary_cos", cos), ("rotary_sin", sin)):
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    if isinstance(cache_seqlens, torch.Tensor):
-        start = cache_seqlens.to(q.device, torch.int64).unsqueeze(1)
-    else:
-        start = torch.full((q.shape[0], 1), cache_seqlens, dtype=torch.int64, device=q.device)
+    start = cache_seqlens.to(q.device, torch.int64).unsqueeze(1)
     # Lengths on the device are checked by the kernels (NaN for a sequence they do not fit): the positions are held
     # inside the tables so that the lookups never read outside them.
     last = cos.shape[0] - 1
@@ -239,6 +236,9 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     capacity = k_cache.shape[1] * (block_table.shape[1] if paged else 1)
     if cache_seqlens is None:
         cache_seqlens = capacity
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        # as a tensor on q's device, so that calls of one signature replay (ops/eager.py)
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     if (rotary_cos is None) != (rotary_sin is None):
         raise ValueError("rotary_cos and rotary_sin must be given together")
     if rotary_cos is not None:
@@ -249,9 +249,6 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                         cache_leftpad)
         q, k = _rotate_new(q, k, rotary_cos, rotary_sin, cache_seqlens, causal or local, rotary_interleaved,
                            capacity)
-    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
-        # as a tensor on q's device, so that calls of one signature replay (ops/eager.py)
-        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     return attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, k=k, v=v,
                                   block_table=block_table, causal=causal, scale=softmax_scale,
                                   num_splits=num_splits, return_lse=return_softmax_lse,
