@@ -83,9 +83,15 @@ DECODE_TILES: dict[str, tuple[Rows, ...]] = {
     "cdna1": (_AMD_NO_BF16,), "cdna2": (_AMD,), "cdna3": (_AMD,), "cdna4": (_AMD,),
 }
 HELPER_THREADS = 256  # append kernel
-COMBINE_THREADS = 512
-COMBINE_ROW_LANES = 16  # lanes of a combine slot (COMBINE_THREADS / COMBINE_ROW_LANES slots per block)
-COMBINE_SPLITS_PER_SLOT = 4  # the combine spreads a row's splits over enough slots for about this many each
+# The combine: blocks of COMBINE_THREADS threads in slots of COMBINE_ROW_LANES lanes; a row's splits are spread over
+# enough slots (a power of two, at most a block's) for about COMBINE_SPLITS_PER_SLOT each. Against blocks of 512
+# threads with four splits per slot, this ran 0.93-1.15x the speed (geometric mean 1.035x and 1.049x in two runs)
+# over twelve calls (H200, bf16, d = 64 and 128; scripts/tune_decode_combine.py): many small blocks beat a few large
+# ones. Only a row of 128 splits lost (0.93x). Blocks sized for 512 threads launched with fewer, 64- and 128-thread
+# blocks and 8- or 32-lane slots were slower.
+COMBINE_THREADS = 256
+COMBINE_ROW_LANES = 16
+COMBINE_SPLITS_PER_SLOT = 2
 MAX_SPLITS = 256
 MAX_QUERIES = 16  # attention calls with at most this many query rows (not causal) run as decoding
 # Automatic splits: a call takes only the blocks that keep about BYTES_IN_FLIGHT of key/value tiles streaming; beyond

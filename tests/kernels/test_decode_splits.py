@@ -165,3 +165,15 @@ def test_swizzled_tiles_serve_long_splits_on_nvidia():
         plan = decode.select(target, dtype, d, 4)
         assert not plan.attend.swizzled and plan.short_attend == plan.attend
         assert "PA_TILE_SWIZZLED" not in plan.attend.defines
+
+
+
+@pytest.mark.parametrize("n_splits", [2, 3, 4, 5, 8, 16, 31, 32, 33, 64, 100, 128, 256])
+def test_combine_rows_take_few_splits_per_slot(n_splits):
+    """The combine's slots of a row are a power of two, few enough for a block, and take about
+    COMBINE_SPLITS_PER_SLOT splits each (more where a block's slots run out), with no slot more than needed."""
+    groups = decode.combine_groups(n_splits)
+    most_slots = decode.COMBINE_THREADS // decode.COMBINE_ROW_LANES
+    assert groups & (groups - 1) == 0 and 1 <= groups <= most_slots
+    assert -(-n_splits // groups) <= decode.COMBINE_SPLITS_PER_SLOT or groups == most_slots
+    assert groups == 1 or -(-n_splits // (groups // 2)) > decode.COMBINE_SPLITS_PER_SLOT
