@@ -3,8 +3,8 @@ back-to-back calls on copies of the inputs, median of three interleaved rounds).
 
     PYTHONPATH=. python3 scripts/tune_decode_combine.py
 Each candidate sets the combine's constants (threads per block, lanes per slot, splits per slot); the calls take the
-automatic split count. A line per shape: each
-candidate's time and its ratio to SDPA's default (higher is better); then each candidate's geometric mean.
+automatic split count. A line per shape: each candidate's time and its ratio to SDPA's default (higher is better);
+then each candidate's geometric mean.
 """
 from __future__ import annotations
 

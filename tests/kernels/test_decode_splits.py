@@ -167,7 +167,6 @@ def test_swizzled_tiles_serve_long_splits_on_nvidia():
         assert "PA_TILE_SWIZZLED" not in plan.attend.defines
 
 
-
 @pytest.mark.parametrize("n_splits", [2, 3, 4, 5, 8, 16, 31, 32, 33, 64, 100, 128, 256])
 def test_combine_rows_take_few_splits_per_slot(n_splits):
     """The combine's slots of a row are a power of two, few enough for a block, and take about
