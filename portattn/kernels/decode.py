@@ -87,7 +87,8 @@ HELPER_THREADS = 256  # append kernel
 # enough slots (a power of two, at most a block's) for about COMBINE_SPLITS_PER_SLOT each. Against blocks of 512
 # threads with four splits per slot, this ran 0.93-1.15x the speed (geometric mean 1.035x and 1.049x in two runs)
 # over twelve calls (H200, bf16, d = 64 and 128; scripts/tune_decode_combine.py): many small blocks beat a few large
-# ones. Only a row of 128 splits lost (0.93x). 64- and 128-thread blocks and 8- or 32-lane slots were slower.
+# ones. 64- and 128-thread blocks and 8- or 32-lane slots were slower. Calls of one sequence with 128 or more splits
+# lost 4-10 % (a row's 16 slots then merge 8-16 splits each; docs/benchmarks.md).
 COMBINE_THREADS = 256
 COMBINE_ROW_LANES = 16
 COMBINE_SPLITS_PER_SLOT = 2
