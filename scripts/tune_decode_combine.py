@@ -2,9 +2,9 @@
 back-to-back calls on copies of the inputs, median of three interleaved rounds).
 
     PYTHONPATH=. python3 scripts/tune_decode_combine.py
-Each candidate sets the combine's constants (threads per block, lanes per slot, splits per slot); the calls take the
-automatic split count. A line per shape: each candidate's time and its ratio to SDPA's default (higher is better);
-then each candidate's geometric mean.
+Each candidate sets the combine's constants (lanes per slot, and the layouts: most splits, threads per block,
+splits per slot); the calls take the automatic split count. A line per shape: each candidate's time and its ratio to
+SDPA's default (higher is better); then each candidate's geometric mean.
 """
 from __future__ import annotations
 
@@ -17,20 +17,24 @@ from portattn.kernels import decode
 from portattn.ops import eager
 from portattn.tools.bench import MIN_GRAPH_CALLS, decode_inputs, graph_us, input_copies
 
-# name: (COMBINE_THREADS, COMBINE_ROW_LANES, COMBINE_SPLITS_PER_SLOT)
+# name: (COMBINE_ROW_LANES, COMBINE_LAYOUTS); "a/b" is threads per block / splits per slot, "> n" the split counts
+# that take the second layout
 CANDIDATES = {
-    "512/16/4": (512, 16, 4), "512/16/2": (512, 16, 2), "512/16/1": (512, 16, 1), "256/16/2": (256, 16, 2),
-    "256/16/4": (256, 16, 4), "256/8/2": (256, 8, 2), "128/16/4": (128, 16, 4), "128/16/2": (128, 16, 2),
-    "128/8/4": (128, 8, 4), "128/32/4": (128, 32, 4), "64/16/4": (64, 16, 4), "64/32/4": (64, 32, 4),
+    "256/2, 512/4 > 64": (16, ((64, 256, 2), (256, 512, 4))),
+    "256/2, 512/4 > 32": (16, ((32, 256, 2), (256, 512, 4))),
+    "256/2, 512/4 > 128": (16, ((128, 256, 2), (256, 512, 4))),
+    "256/2, 512/2 > 64": (16, ((64, 256, 2), (256, 512, 2))),
+    "256/2": (16, ((256, 256, 2),)), "512/4": (16, ((256, 512, 4),)), "128/2": (16, ((256, 128, 2),)),
 }
 # (head dim, Hq, Hk, batch, keys)
 SHAPES = [(128, 8, 1, 8, 65536), (128, 8, 1, 8, 4096), (128, 8, 1, 32, 8192), (128, 8, 1, 32, 65536),
           (128, 32, 8, 8, 8192), (128, 8, 1, 1, 4096), (128, 32, 8, 1, 65536), (128, 32, 8, 1, 4096),
-          (64, 8, 1, 8, 65536), (64, 8, 1, 32, 4096), (64, 32, 8, 1, 65536), (64, 8, 1, 1, 4096)]
+          (64, 8, 1, 8, 65536), (64, 8, 1, 32, 4096), (64, 32, 8, 1, 65536), (64, 8, 1, 1, 4096),
+          (64, 8, 1, 1, 8192), (64, 8, 1, 1, 65536), (128, 8, 1, 1, 8192), (128, 8, 1, 1, 65536)]
 
 
-def use(constants: tuple[int, int, int]) -> None:
-    decode.COMBINE_THREADS, decode.COMBINE_ROW_LANES, decode.COMBINE_SPLITS_PER_SLOT = constants
+def use(constants: tuple[int, tuple[tuple[int, int, int], ...]]) -> None:
+    decode.COMBINE_ROW_LANES, decode.COMBINE_LAYOUTS = constants
     decode.forget_plans()
     eager.forget()  # replays keep the launches they were made with
 

@@ -83,15 +83,17 @@ DECODE_TILES: dict[str, tuple[Rows, ...]] = {
     "cdna1": (_AMD_NO_BF16,), "cdna2": (_AMD,), "cdna3": (_AMD,), "cdna4": (_AMD,),
 }
 HELPER_THREADS = 256  # append kernel
-# The combine: blocks of COMBINE_THREADS threads in slots of COMBINE_ROW_LANES lanes; a row's splits are spread over
-# enough slots (a power of two, at most a block's) for about COMBINE_SPLITS_PER_SLOT each. Against blocks of 512
-# threads with four splits per slot, this ran 0.93-1.15x the speed (geometric mean 1.035x and 1.049x in two runs)
-# over twelve calls (H200, bf16, d = 64 and 128; scripts/tune_decode_combine.py): many small blocks beat a few large
-# ones. 64- and 128-thread blocks and 8- or 32-lane slots were slower. Calls of one sequence with 128 or more splits
-# lost 4-10 % (a row's 16 slots then merge 8-16 splits each; docs/benchmarks.md).
-COMBINE_THREADS = 256
+# The combine: blocks of threads in slots of COMBINE_ROW_LANES lanes; a row's splits are spread over enough slots (a
+# power of two, at most a block's) for about a layout's splits per slot each. COMBINE_LAYOUTS[i] = (most splits,
+# threads per block, splits per slot): a call takes the first layout whose most splits its count does not exceed.
+# Up to 64 splits, 256-thread blocks of two splits per slot ran 0.93-1.15x blocks of 512 threads with four splits
+# per slot (geometric mean 1.035x and 1.049x in two runs) over twelve calls (H200, bf16, d = 64 and 128;
+# scripts/tune_decode_combine.py): many small blocks beat a few large ones; 64- and 128-thread blocks and 8- or
+# 32-lane slots were slower. With more splits (calls of one sequence), a row needs more than a 256-thread block's 16
+# slots: there 512-thread blocks of four splits per slot ran 4-8 % faster (d = 64, 8:1 heads, 4096 keys in 128
+# splits: 6.72 against 7.20 us), and switching at 32 or 128 splits instead of 64 was no better (docs/benchmarks.md).
 COMBINE_ROW_LANES = 16
-COMBINE_SPLITS_PER_SLOT = 2
+COMBINE_LAYOUTS: tuple[tuple[int, int, int], ...] = ((64, 256, 2), (256, 512, 4))
 MAX_SPLITS = 256
 MAX_QUERIES = 16  # attention calls with at most this many query rows (not causal) run as decoding
 # Automatic splits: a call takes only the blocks that keep about BYTES_IN_FLIGHT of key/value tiles streaming; beyond
@@ -178,7 +180,7 @@ class DecodeSpec(KernelSpec):
 class DecodePlan:
     append: DecodeSpec
     attend: DecodeSpec
-    combine: DecodeSpec
+    combines: tuple[DecodeSpec, ...]  # one per COMBINE_LAYOUTS entry
     short_attend: DecodeSpec  # for splits of fewer than SWIZZLED_MIN_TILES key tiles: attend with padded rows
 
 
@@ -227,10 +229,10 @@ def _select(target: Target, dtype: str, head_dim: int, packed_rows: int, mask_ex
         candidates[0].check_fits(target)  # raises, naming the shared memory it needs
     attend = next((c for c in fitting if c.tile.block_m >= packed_rows), fitting[-1])
     helper = T(block_m=HELPER_THREADS // COMBINE_ROW_LANES, block_n=0, threads=HELPER_THREADS)
-    combine = T(block_m=COMBINE_THREADS // COMBINE_ROW_LANES, block_n=0, threads=COMBINE_THREADS,
-                row_lanes=COMBINE_ROW_LANES)
-    return DecodePlan(replace(attend, tile=helper, stage="append", mask_ext=False), attend,
-                      replace(attend, tile=combine, stage="combine", mask_ext=False),
+    combines = tuple(replace(attend, tile=T(block_m=threads // COMBINE_ROW_LANES, block_n=0, threads=threads,
+                                            row_lanes=COMBINE_ROW_LANES), stage="combine", mask_ext=False)
+                     for _, threads, _ in COMBINE_LAYOUTS)
+    return DecodePlan(replace(attend, tile=helper, stage="append", mask_ext=False), attend, combines,
                       replace(attend, tile=replace(attend.tile, swizzled=False)) if attend.swizzled else attend)
 
 
@@ -262,7 +264,7 @@ def shipped_variants(target: Target) -> list[DecodeSpec]:
         for table in DECODE_TILES.get(target.family, ()):
             for dt, d in table:
                 plan = select(target, dt, d, table[(dt, d)].block_m, mask_ext)
-                for spec in (plan.append, plan.attend, plan.short_attend, plan.combine):
+                for spec in (plan.append, plan.attend, plan.short_attend, *plan.combines):
                     if spec not in specs:
                         specs.append(spec)
     return specs  # a tile that does not fit the target gives way to one that does (select)
@@ -300,10 +302,16 @@ def _best_filling(resident: int, base: int, most: int) -> int:
     return max(range(1, most + 1), key=lambda n: (fill(n), n))
 
 
+def combine_layout(n_splits: int) -> int:
+    """The index in COMBINE_LAYOUTS of the combine layout for ``n_splits`` splits (at most MAX_SPLITS)."""
+    return next(i for i, (most, _, _) in enumerate(COMBINE_LAYOUTS) if n_splits <= most)
+
+
 def combine_groups(n_splits: int) -> int:
     """Slots of the combine kernel that share one row: a power of two, at most a block's slots."""
-    wanted = -(-n_splits // COMBINE_SPLITS_PER_SLOT)
-    return min(COMBINE_THREADS // COMBINE_ROW_LANES, 1 << max(0, wanted - 1).bit_length())
+    _, threads, per_slot = COMBINE_LAYOUTS[combine_layout(n_splits)]
+    wanted = -(-n_splits // per_slot)
+    return min(threads // COMBINE_ROW_LANES, 1 << max(0, wanted - 1).bit_length())
 
 
 def _strides_bnh(t: torch.Tensor) -> tuple[int, int, int]:
@@ -470,8 +478,8 @@ def _call(shape: _Shape, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     if masking.left != NONE and masking.right != NONE:  # the keys some query position sees
         keys = min(keys, masking.left + seqlen_q + masking.right)
     tile_bytes = 2 * bn * head_dim * q.element_size()  # K and V of one key tile
-    n_splits = num_splits or splits(shape.resident, target.multiprocessors, shape.base_blocks, keys, bn, tile_bytes,
-                                    shape.spread_tiles)
+    n_splits = min(num_splits, MAX_SPLITS) or splits(shape.resident, target.multiprocessors, shape.base_blocks,
+                                                     keys, bn, tile_bytes, shape.spread_tiles)
     per_split = -(-keys // max(1, min(n_splits, -(-keys // bn))))
     keys_per_split = -(-per_split // bn) * bn  # whole key tiles
     n_splits = -(-keys // keys_per_split)
@@ -498,8 +506,9 @@ def _launches(shape: _Shape, q: torch.Tensor, n_splits: int, attend: DecodeSpec,
         grids.append((shape.plan.append, -(-batch * p.seqlen_new * p.heads_kv // per_block)))
     grids.append((attend, n_splits * shape.base_blocks))
     if n_splits > 1:
-        rows_per_block = shape.plan.combine.tile.block_m // p.combine_groups
-        grids.append((shape.plan.combine, -(-batch * heads_q * seqlen_q // rows_per_block)))
+        combine = shape.plan.combines[combine_layout(n_splits)]
+        rows_per_block = combine.tile.block_m // p.combine_groups
+        grids.append((combine, -(-batch * heads_q * seqlen_q // rows_per_block)))
     launches = []
     for spec, grid in grids:
         if grid >= 2**31:

@@ -257,8 +257,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     keys. ``causal`` hides the keys after it; ``window=(left, right)`` keeps the keys from ``left`` before to
     ``right`` after it (-1: unbounded; with ``causal`` right is 0); ``softcap`` and ``alibi_slopes`` (float32
     ``[Hq]`` or ``[B, Hq]``) as in ``portattn.attention``. ``num_splits``: key splits per sequence (0: chosen from
-    the shape and the GPU). Returns ``out`` ``[B, Nq, Hq, D]`` (and the natural-log LSE ``[B, Hq, Nq]`` with
-    ``return_lse``); a query position that sees no key gives zeros (LSE -inf).
+    the shape and the GPU; at most 256 are taken, and no more than the cache has key tiles). Returns ``out``
+    ``[B, Nq, Hq, D]`` (and the natural-log LSE ``[B, Hq, Nq]`` with ``return_lse``); a query position that sees no
+    key gives zeros (LSE -inf).
 
     Arguments are checked without a device sync; lengths, index tensors and page indices that live on the GPU are
     checked by the kernels, which return NaN for a sequence whose length does not fit its cache, whose

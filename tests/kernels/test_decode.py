@@ -139,6 +139,40 @@ def test_long_and_short_splits_take_their_attend_kernels(gen, monkeypatch, on_ta
         assert [s for s in launched if s.stage == "attend"] == [attend]
 
 
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_many_splits_take_each_combine_layout(gen, monkeypatch, on_target, dtype):
+    """Calls of few and of many key splits (up to MAX_SPLITS; asking for more takes MAX_SPLITS) launch the combine
+    kernel of their layout, whose slots merge several splits each, and match float64."""
+    b, hq, hk, d = 2, 8, 1, 64
+    plan = decode.select(on_target, str(dtype).removeprefix("torch."), d, hq // hk)
+    cap = 256 * plan.attend.tile.block_n  # 256 key tiles
+    lengths = [cap, 3001]
+    q = rand(gen, dtype, b, 1, hq, d)
+    k_cache, v_cache = rand(gen, dtype, b, cap, hk, d), rand(gen, dtype, b, cap, hk, d)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    ref, ref_lse = reference(q, k_cache, v_cache, lengths, causal=True)
+    launched = []  # (function, blocks) of each launch planned
+    launch = decode.loader.Launch
+    monkeypatch.setattr(decode.loader, "Launch", lambda target, fn, grid, *a: launched.append((fn, grid)) or launch(
+        target, fn, grid, *a))
+    for name, module in (("_calls", decode), ("_shapes", decode), ("_replays", eager)):
+        monkeypatch.setattr(module, name, {})  # plan the launches afresh, not from earlier calls
+    kernel = lambda spec: decode.loader.kernel_function(spec, on_target, q.device.index)  # noqa: E731
+    # splits asked for -> taken: whole key tiles per split (100: three tiles each, 86 splits), at most MAX_SPLITS
+    for asked, taken in ((8, 8), (64, 64), (100, 86), (128, 128), (256, 256), (1024, decode.MAX_SPLITS)):
+        launched.clear()
+        for kept in (decode._calls, decode._shapes, eager._replays):
+            kept.clear()
+        out, lse = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, num_splits=asked,
+                                                   return_lse=True)
+        check(out, ref, dtype, lse, ref_lse)
+        combine = plan.combines[decode.combine_layout(taken)]
+        rows_per_block = combine.tile.block_m // decode.combine_groups(taken)
+        keys_per_split = -(-256 // taken) * plan.attend.tile.block_n
+        assert launched == [(kernel(decode.attend_kernel(plan, keys_per_split)), b * taken),
+                            (kernel(combine), -(-b * hq // rows_per_block))]
+
+
 @pytest.mark.parametrize("paged_cache", [False, True], ids=["contiguous", "paged"])
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 def test_append_in_place(gen, dtype, paged_cache):

@@ -167,12 +167,27 @@ def test_swizzled_tiles_serve_long_splits_on_nvidia():
         assert "PA_TILE_SWIZZLED" not in plan.attend.defines
 
 
-@pytest.mark.parametrize("n_splits", [2, 3, 4, 5, 8, 16, 31, 32, 33, 64, 100, 128, 256])
+@pytest.mark.parametrize("n_splits", [2, 3, 4, 5, 8, 16, 31, 32, 33, 64, 65, 100, 128, 256])
 def test_combine_rows_take_few_splits_per_slot(n_splits):
-    """The combine's slots of a row are a power of two, few enough for a block, and take about
-    COMBINE_SPLITS_PER_SLOT splits each (more where a block's slots run out), with no slot more than needed."""
+    """A call takes the first combine layout whose most splits it does not exceed; the slots of a row are a power of
+    two, few enough for the layout's block, and take about the layout's splits per slot each (more where a block's
+    slots run out), with no slot more than needed."""
+    layout = decode.combine_layout(n_splits)
+    most, threads, per_slot = decode.COMBINE_LAYOUTS[layout]
+    assert n_splits <= most and (layout == 0 or n_splits > decode.COMBINE_LAYOUTS[layout - 1][0])
     groups = decode.combine_groups(n_splits)
-    most_slots = decode.COMBINE_THREADS // decode.COMBINE_ROW_LANES
+    most_slots = threads // decode.COMBINE_ROW_LANES
     assert groups & (groups - 1) == 0 and 1 <= groups <= most_slots
-    assert -(-n_splits // groups) <= decode.COMBINE_SPLITS_PER_SLOT or groups == most_slots
-    assert groups == 1 or -(-n_splits // (groups // 2)) > decode.COMBINE_SPLITS_PER_SLOT
+    assert -(-n_splits // groups) <= per_slot or groups == most_slots
+    assert groups == 1 or -(-n_splits // (groups // 2)) > per_slot
+
+
+def test_combine_layouts_cover_every_split_count():
+    """The layouts' most splits grow and the last reaches MAX_SPLITS; every layout has a combine kernel of its
+    threads in every plan, and every one ships."""
+    mosts = [most for most, _, _ in decode.COMBINE_LAYOUTS]
+    assert mosts == sorted(set(mosts)) and mosts[-1] == decode.MAX_SPLITS
+    sm90 = Target.for_arch("sm_90")
+    plan = decode.select(sm90, "bfloat16", 128)
+    assert [c.tile.threads for c in plan.combines] == [threads for _, threads, _ in decode.COMBINE_LAYOUTS]
+    assert all(c.stage == "combine" and c in decode.shipped_variants(sm90) for c in plan.combines)
