@@ -13,7 +13,7 @@ import torch
 from portattn.kernels import decode
 from portattn.ops import eager
 from portattn.ops.kvcache import attention_with_kvcache
-from portattn.tools.bench import MIN_GRAPH_CALLS, decode_inputs, graph_us, input_copies
+from portattn.tools.bench import cycled, decode_inputs, graph_us, input_copies
 
 HEADS_Q, HEADS_KV = 8, 1
 CELLS = [(1, 1, 4096), (8, 1, 4096), (8, 1, 8192), (8, 2, 2048), (8, 2, 4096), (8, 4, 1024), (4, 1, 4096),
@@ -45,15 +45,14 @@ def main() -> None:
                 s = decode_inputs(torch.bfloat16, d, HEADS_Q, HEADS_KV, batch, keys, 64, keys + i)
                 s["q"] = torch.randn(batch, rows, HEADS_Q, d, device="cuda", dtype=torch.bfloat16)
                 sets.append(s)
-            calls = max(len(sets), MIN_GRAPH_CALLS)
             with torch.no_grad():
                 one, two = split_counts(sets[0]["q"], sets[0]["k"], sets[0]["v"], sets[0]["lengths"])
                 if one == two:
                     continue
 
                 def timed(n: int) -> float:
-                    return graph_us([lambda s=sets[i % len(sets)]: attention_with_kvcache(
-                        s["q"], s["k"], s["v"], cache_seqlens=s["lengths"], num_splits=n) for i in range(calls)], 50)
+                    return graph_us(cycled(sets, lambda s: attention_with_kvcache(
+                        s["q"], s["k"], s["v"], cache_seqlens=s["lengths"], num_splits=n)), 50)
                 t = [timed(one), timed(two), timed(two), timed(one)]
             print(f"| {d} | {rows} | {batch} | {keys} | {one}: {t[0]:.2f} / {t[3]:.2f} | {two}: {t[1]:.2f} / "
                   f"{t[2]:.2f} | {(t[0] + t[3]) / (t[1] + t[2]):.3f}× |", flush=True)

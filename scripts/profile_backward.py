@@ -16,7 +16,8 @@ import portattn
 RUNS = 5
 
 
-def kernel_times(fn: Callable[[], torch.Tensor], grad: torch.Tensor, inputs: tuple[torch.Tensor, ...]) -> dict:
+def kernel_times(fn: Callable[[], torch.Tensor], grad: torch.Tensor,
+                 inputs: tuple[torch.Tensor, ...]) -> dict[str, float]:
     """Mean GPU time per backward of each kernel that ``fn``'s backward runs, in µs."""
     for _ in range(3):
         fn().backward(grad)

@@ -21,7 +21,7 @@ from portattn.kernels.variant import TileConfig as T
 from portattn.ops import eager
 from portattn.runtime.compiler import compile_kernel
 from portattn.runtime.target import target_for
-from portattn.tools.bench import MIN_GRAPH_CALLS, decode_inputs, graph_us, input_copies
+from portattn.tools.bench import cycled, decode_input_sets, graph_us
 
 TILES = [
     T(block_m=16, block_n=32, threads=32, stages=3),
@@ -45,18 +45,15 @@ def cases() -> list[tuple[str, list, float, float]]:
     out = []
     for hq, hk, b, n, paged in SHAPES:
         nbytes = 2 * b * n * hk * 128 * 2
-        sets = [decode_inputs(torch.bfloat16, 128, hq, hk, b, n, PAGE, n + b + i) for i in range(input_copies(nbytes))]
-        count = max(len(sets), MIN_GRAPH_CALLS)
-        sdpa = graph_us([lambda s=sets[i % len(sets)]: torch.nn.functional.scaled_dot_product_attention(
-            s["q"].transpose(1, 2), s["k"].transpose(1, 2), s["v"].transpose(1, 2), enable_gqa=True)
-            for i in range(count)], 50)
+        sets = decode_input_sets(torch.bfloat16, 128, hq, hk, b, n, PAGE)
+        sdpa = graph_us(cycled(sets, lambda s: torch.nn.functional.scaled_dot_product_attention(
+            s["q"].transpose(1, 2), s["k"].transpose(1, 2), s["v"].transpose(1, 2), enable_gqa=True)), 50)
         if paged:
-            calls = [lambda s=sets[i % len(sets)]: portattn.attention_with_kvcache(
-                s["q"], s["k_pool"], s["v_pool"], cache_seqlens=s["lengths"], block_table=s["table"])
-                for i in range(count)]
+            calls = cycled(sets, lambda s: portattn.attention_with_kvcache(
+                s["q"], s["k_pool"], s["v_pool"], cache_seqlens=s["lengths"], block_table=s["table"]))
         else:
-            calls = [lambda s=sets[i % len(sets)]: portattn.attention_with_kvcache(
-                s["q"], s["k"], s["v"], cache_seqlens=s["lengths"]) for i in range(count)]
+            calls = cycled(sets, lambda s: portattn.attention_with_kvcache(s["q"], s["k"], s["v"],
+                                                                           cache_seqlens=s["lengths"]))
         name = f"{hq}:{hk} B={b} N={n}{' paged' if paged else ''}"
         out.append((name, calls, sdpa, nbytes))
     return out

@@ -15,7 +15,7 @@ import torch
 import portattn
 from portattn.kernels import decode
 from portattn.ops import eager
-from portattn.tools.bench import MIN_GRAPH_CALLS, decode_inputs, graph_us, input_copies
+from portattn.tools.bench import cycled, decode_input_sets, graph_us
 
 # name: (COMBINE_ROW_LANES, COMBINE_LAYOUTS); "a/b" is threads per block / splits per slot, "> n" the split counts
 # that take the second layout
@@ -42,14 +42,11 @@ def use(constants: tuple[int, tuple[tuple[int, int, int], ...]]) -> None:
 def main() -> None:
     ratios: dict[str, list[float]] = {name: [] for name in CANDIDATES}
     for d, hq, hk, b, n in SHAPES:
-        nbytes = 2 * b * n * hk * d * 2
-        sets = [decode_inputs(torch.bfloat16, d, hq, hk, b, n, 64, n + b + i) for i in range(input_copies(nbytes))]
-        count = max(len(sets), MIN_GRAPH_CALLS)
-        sdpa = [lambda s=sets[i % len(sets)]: torch.nn.functional.scaled_dot_product_attention(
-            s["q"].transpose(1, 2), s["k"].transpose(1, 2), s["v"].transpose(1, 2), enable_gqa=True)
-            for i in range(count)]
-        ours = [lambda s=sets[i % len(sets)]: portattn.attention_with_kvcache(
-            s["q"], s["k"], s["v"], cache_seqlens=s["lengths"]) for i in range(count)]
+        sets = decode_input_sets(torch.bfloat16, d, hq, hk, b, n, 64)
+        sdpa = cycled(sets, lambda s: torch.nn.functional.scaled_dot_product_attention(
+            s["q"].transpose(1, 2), s["k"].transpose(1, 2), s["v"].transpose(1, 2), enable_gqa=True))
+        ours = cycled(sets, lambda s: portattn.attention_with_kvcache(s["q"], s["k"], s["v"],
+                                                                      cache_seqlens=s["lengths"]))
         times: dict[str, list[float]] = {"sdpa": []} | {name: [] for name in CANDIDATES}
         for _ in range(3):
             times["sdpa"].append(graph_us(sdpa, 30))

@@ -11,7 +11,7 @@ import json
 import statistics
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, TypeVar
 
 import torch
 
@@ -284,6 +284,7 @@ class DecodeRow:
         return self.bytes / t / 1e3 if t else None
 
 
+_Set = TypeVar("_Set")
 MIN_GRAPH_CALLS = 8  # calls per timed graph, so that the GPU's time dwarfs the host's cost of one replay
 MAX_INPUT_COPIES = 64
 
@@ -302,6 +303,20 @@ def input_copies(nbytes: int) -> int:
     MAX_INPUT_COPIES): calls cycling through them read memory, not a cache the previous call filled."""
     l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 64 << 20
     return max(1, min(MAX_INPUT_COPIES, -(-3 * l2 // nbytes)))
+
+
+def cycled(sets: list[_Set], call: Callable[[_Set], object]) -> list[Callable[[], object]]:
+    """``call`` on each of ``sets`` (copies of a call's inputs) in turn, at least MIN_GRAPH_CALLS calls: a graph of
+    them (``graph_us``) reads memory, not what the previous call left in the L2."""
+    return [lambda s=sets[i % len(sets)]: call(s) for i in range(max(len(sets), MIN_GRAPH_CALLS))]
+
+
+def decode_input_sets(dt: torch.dtype, head_dim: int, heads_q: int, heads_kv: int, batch: int, keys: int,
+                      page_size: int) -> list[dict[str, torch.Tensor]]:
+    """``input_copies`` differently seeded copies of ``decode_inputs``."""
+    nbytes = 2 * batch * keys * heads_kv * head_dim * dt.itemsize
+    return [decode_inputs(dt, head_dim, heads_q, heads_kv, batch, keys, page_size, keys + batch + i)
+            for i in range(input_copies(nbytes))]
 
 
 def decode_inputs(dt: torch.dtype, head_dim: int, heads_q: int, heads_kv: int, batch: int, keys: int,
@@ -333,8 +348,7 @@ def bench_decode_case(dtype: str, head_dim: int, heads_q: int, heads_kv: int, ba
 
     dt = _DTYPES[dtype]
     nbytes = 2 * batch * keys * heads_kv * head_dim * dt.itemsize
-    sets = [decode_inputs(dt, head_dim, heads_q, heads_kv, batch, keys, page_size, keys + batch + i)
-            for i in range(input_copies(nbytes))]
+    sets = decode_input_sets(dt, head_dim, heads_q, heads_kv, batch, keys, page_size)
 
     def calls(s: dict[str, torch.Tensor]) -> dict[str, Callable[[], object]]:
         out: dict[str, Callable[[], object]] = {
@@ -352,7 +366,6 @@ def bench_decode_case(dtype: str, head_dim: int, heads_q: int, heads_kv: int, ba
     first = sets[0]
     ref, _ = reference_attention(*(first[n][:1].transpose(1, 2) for n in ("q", "k", "v")))
     row = DecodeRow(dtype, head_dim, heads_q, heads_kv, batch, keys, nbytes)
-    n_calls = max(len(sets), MIN_GRAPH_CALLS)
     with torch.no_grad():
         got = per_set[0]["portattn paged"]()
         row.max_rel_error = relative_error(got[:1].transpose(1, 2), ref)
@@ -360,7 +373,7 @@ def bench_decode_case(dtype: str, head_dim: int, heads_q: int, heads_kv: int, ba
             if name not in per_set[0]:
                 row.kernel_us[name] = row.eager_us[name] = None
                 continue
-            row.kernel_us[name] = graph_us([per_set[i % len(sets)][name] for i in range(n_calls)], reps)
+            row.kernel_us[name] = graph_us(cycled(per_set, lambda of_set, name=name: of_set[name]()), reps)
         eager = alternating_ms(per_set[0], max(1, reps // 5))
         row.eager_us.update({name: 1e3 * ms for name, ms in eager.items()})
     return row

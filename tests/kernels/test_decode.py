@@ -59,6 +59,20 @@ def paged(cache: torch.Tensor, page_size: int, gen) -> tuple[torch.Tensor, torch
     return pool, table
 
 
+@pytest.fixture
+def plan_afresh(monkeypatch):
+    """Decode calls plan their launches (and so load their kernels) afresh, not from calls made before the test or
+    before each call of the returned function; the kept launches of other tests come back afterwards."""
+    kept = [(decode, "_calls"), (decode, "_shapes"), (eager, "_replays")]
+    for module, name in kept:
+        monkeypatch.setattr(module, name, {})
+
+    def clear():
+        for module, name in kept:
+            getattr(module, name).clear()
+    return clear
+
+
 def check(got, ref, dtype, lse=None, ref_lse=None):
     assert not torch.isnan(got).any(), "NaN in the output"
     assert relative_error(got, ref) <= TOL[dtype], relative_error(got, ref)
@@ -109,7 +123,8 @@ def test_paged_cache_matches_contiguous(gen, dtype, d, page_size):
 @pytest.mark.parametrize("nq", [1, 16])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-def test_long_and_short_splits_take_their_attend_kernels(gen, monkeypatch, on_target, dtype, d, nq, paged_cache):
+def test_long_and_short_splits_take_their_attend_kernels(gen, monkeypatch, plan_afresh, on_target, dtype, d, nq,
+                                                         paged_cache):
     """Splits of at least SWIZZLED_MIN_TILES key tiles take the plan's attend kernel (NVIDIA: swizzled shared
     tiles), shorter ones its padded-row kernel; both match float64 (grouped heads, one and several query positions,
     contiguous and paged caches)."""
@@ -128,9 +143,6 @@ def test_long_and_short_splits_take_their_attend_kernels(gen, monkeypatch, on_ta
     launched = []
     compiled = decode.loader.kernel_function
     monkeypatch.setattr(decode.loader, "kernel_function", lambda spec, *a: launched.append(spec) or compiled(spec, *a))
-    monkeypatch.setattr(decode, "_calls", {})  # plan (and so load the kernels) afresh, not from earlier calls
-    monkeypatch.setattr(decode, "_shapes", {})
-    monkeypatch.setattr(eager, "_replays", {})
     for splits, attend in ((1, plan.attend), (32, plan.short_attend)):  # 1000 keys; 32 keys (one tile) per split
         launched.clear()
         out = portattn.attention_with_kvcache(q, k_in, v_in, cache_seqlens=seqlens, block_table=table,
@@ -140,7 +152,7 @@ def test_long_and_short_splits_take_their_attend_kernels(gen, monkeypatch, on_ta
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
-def test_many_splits_take_each_combine_layout(gen, monkeypatch, on_target, dtype):
+def test_many_splits_take_each_combine_layout(gen, monkeypatch, plan_afresh, on_target, dtype):
     """Calls of few and of many key splits (up to MAX_SPLITS; asking for more takes MAX_SPLITS) launch the combine
     kernel of their layout, whose slots merge several splits each, and match float64."""
     b, hq, hk, d = 2, 8, 1, 64
@@ -155,14 +167,11 @@ def test_many_splits_take_each_combine_layout(gen, monkeypatch, on_target, dtype
     launch = decode.loader.Launch
     monkeypatch.setattr(decode.loader, "Launch", lambda target, fn, grid, *a: launched.append((fn, grid)) or launch(
         target, fn, grid, *a))
-    for name, module in (("_calls", decode), ("_shapes", decode), ("_replays", eager)):
-        monkeypatch.setattr(module, name, {})  # plan the launches afresh, not from earlier calls
     kernel = lambda spec: decode.loader.kernel_function(spec, on_target, q.device.index)  # noqa: E731
     # splits asked for -> taken: whole key tiles per split (100: three tiles each, 86 splits), at most MAX_SPLITS
     for asked, taken in ((8, 8), (64, 64), (100, 86), (128, 128), (256, 256), (1024, decode.MAX_SPLITS)):
         launched.clear()
-        for kept in (decode._calls, decode._shapes, eager._replays):
-            kept.clear()
+        plan_afresh()
         out, lse = portattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, num_splits=asked,
                                                    return_lse=True)
         check(out, ref, dtype, lse, ref_lse)
