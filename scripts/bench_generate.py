@@ -1,9 +1,11 @@
 """Greedy generation speed with a Hugging Face transformers Llama (12 layers, 16 query heads on 4 key/value heads,
 d = 128, hidden 2048, random weights, bfloat16): tokens per second of ``model.generate`` with SDPA (its default
 backend), under ``portattn.patch_sdpa`` and with ``attn_implementation="portattn"``, same process and prompts.
-Each of 7 rounds (after a warmup round) runs the three in turn; the table gives each configuration's median
-tokens/s and the median of its per-round ratios to SDPA (a ratio of runs made seconds apart: the host's speed
-drifts between rounds, for all configurations alike). Prints a Markdown table."""
+After a warmup round, each of ``ROUNDS`` rounds runs the three in turn, in the opposite order every other round (so
+that a steady drift of the host's speed weighs on each alike). The table gives each configuration's median tokens/s
+and, per configuration, the median of its per-round ratios to SDPA with their lower and upper quartiles: a ratio
+compares runs made seconds apart, and the quartiles show how far the host's noise moves it. Prints a Markdown
+table."""
 from __future__ import annotations
 
 import statistics
@@ -16,6 +18,7 @@ import portattn
 import portattn.integrations.transformers  # noqa: F401  (registers attn_implementation="portattn")
 
 NEW = 64
+ROUNDS = 16
 
 
 def generate_tokens_per_s(model, ids: torch.Tensor, patched: bool) -> float:
@@ -29,18 +32,25 @@ def generate_tokens_per_s(model, ids: torch.Tensor, patched: bool) -> float:
     return ids.shape[0] * NEW / (time.perf_counter() - start)
 
 
-def medians(runs: dict[str, tuple], rounds: int = 7) -> tuple[dict[str, float], dict[str, float]]:
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """Lower quartile, median and upper quartile of ``values``."""
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def measure(runs: dict[str, tuple], rounds: int = ROUNDS) -> tuple[dict[str, float], dict[str, tuple]]:
     """Median tokens/s of each configuration (model, ids, patched) over ``rounds`` rounds that run every
-    configuration once in turn, after one warmup round, and the median of each configuration's per-round ratio to
-    the first configuration."""
+    configuration once, in turn, forward and backward in alternate rounds, after one warmup round; and the quartiles of
+    each configuration's per-round ratio to the first configuration."""
     for args in runs.values():
         generate_tokens_per_s(*args)
     samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, args in runs.items():
-            samples[name].append(generate_tokens_per_s(*args))
-    base = samples[next(iter(runs))]
-    ratios = {name: statistics.median(x / b for x, b in zip(values, base)) for name, values in samples.items()}
+    names = list(runs)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else reversed(names):
+            samples[name].append(generate_tokens_per_s(*runs[name]))
+    base = samples[names[0]]
+    ratios = {name: quartiles([x / b for x, b in zip(values, base)]) for name, values in samples.items()}
     return {name: statistics.median(values) for name, values in samples.items()}, ratios
 
 
@@ -55,17 +65,19 @@ def main() -> None:
         models[impl] = transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
     models["portattn"].load_state_dict(models["sdpa"].state_dict())
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, transformers {transformers.__version__}")
-    print("| prompt | batch | SDPA tok/s | patch_sdpa tok/s | ratio | attn_implementation=portattn tok/s | ratio |")
+    print("| prompt | batch | SDPA tok/s | patch_sdpa tok/s | ratio (quartiles) | attn_implementation=portattn tok/s "
+          "| ratio (quartiles) |")
     print("|---|---|---|---|---|---|---|")
     for prompt in (512, 4096):
         for batch in (1, 8):
             ids = torch.randint(1, config.vocab_size, (batch, prompt), device="cuda")
             with torch.no_grad():
-                speed, ratio = medians({"sdpa": (models["sdpa"], ids, False),
+                speed, ratio = measure({"sdpa": (models["sdpa"], ids, False),
                                         "patched": (models["sdpa"], ids, True),
                                         "native": (models["portattn"], ids, False)})
-            print(f"| {prompt} | {batch} | {speed['sdpa']:.0f} | {speed['patched']:.0f} | {ratio['patched']:.2f} | "
-                  f"{speed['native']:.0f} | {ratio['native']:.2f} |")
+            cells = [f"{speed[name]:.0f} | {ratio[name][1]:.3f} ({ratio[name][0]:.3f}–{ratio[name][2]:.3f})"
+                     for name in ("patched", "native")]
+            print(f"| {prompt} | {batch} | {speed['sdpa']:.0f} | {cells[0]} | {cells[1]} |", flush=True)
 
 
 if __name__ == "__main__":
