@@ -13,7 +13,7 @@ import torch
 from portattn.kernels import decode
 from portattn.ops import eager
 from portattn.ops.kvcache import attention_with_kvcache
-from portattn.tools.bench import cycled, decode_inputs, graph_us, input_copies
+from portattn.tools.bench import cycled, decode_inputs, graph_us, input_copies, kv_bytes
 
 HEADS_Q, HEADS_KV = 8, 1
 CELLS = [(1, 1, 4096), (8, 1, 4096), (8, 1, 8192), (8, 2, 2048), (8, 2, 4096), (8, 4, 1024), (4, 1, 4096),
@@ -39,7 +39,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for d in (128, 96):
         for rows, batch, keys in CELLS:
-            copies = input_copies(2 * batch * keys * HEADS_KV * d * 2)
+            copies = input_copies(kv_bytes(torch.bfloat16, d, HEADS_KV, batch, keys))
             sets = []
             for i in range(copies):
                 s = decode_inputs(torch.bfloat16, d, HEADS_Q, HEADS_KV, batch, keys, 64, keys + i)

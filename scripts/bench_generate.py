@@ -54,10 +54,15 @@ def measure(runs: dict[str, tuple], rounds: int = ROUNDS) -> tuple[dict[str, flo
     return {name: statistics.median(values) for name, values in samples.items()}, ratios
 
 
+def llama_config() -> transformers.LlamaConfig:
+    """The benchmark's model: 12 layers, 16 query heads on 4 key/value heads, d = 128, hidden 2048."""
+    return transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_attention_heads=16,
+                                    num_key_value_heads=4, head_dim=128, num_hidden_layers=12, vocab_size=32000,
+                                    max_position_embeddings=8192)
+
+
 def main() -> None:
-    config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_attention_heads=16,
-                                      num_key_value_heads=4, head_dim=128, num_hidden_layers=12, vocab_size=32000,
-                                      max_position_embeddings=8192)
+    config = llama_config()
     torch.manual_seed(0)
     models = {}
     for impl in ("sdpa", "portattn"):

@@ -9,16 +9,18 @@ Before that, the decode call alone in a loop (one sequence, 600 keys), SDPA, pat
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 import transformers
+from bench_generate import NEW, llama_config  # scripts/bench_generate.py: the same model and token count
 
 import portattn
 
-NEW, LAYERS, LOOP_CALLS = 64, 12, 2000
+LOOP_CALLS = 2000
 
 
 def loop_us(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float:
@@ -46,7 +48,7 @@ def decode_call_loop() -> None:
 def generation(model: transformers.LlamaForCausalLM, ids: torch.Tensor, patched: bool) -> tuple[float, list]:
     """Seconds of one greedy generation of NEW tokens, and (query rows, seconds) of each attention call."""
     calls = []
-    with torch.no_grad(), portattn.patch_sdpa() if patched else torch.no_grad():
+    with torch.no_grad(), portattn.patch_sdpa() if patched else contextlib.nullcontext():
         inner = F.scaled_dot_product_attention
 
         def timed(q: torch.Tensor, *args, **kwargs) -> torch.Tensor:
@@ -71,10 +73,9 @@ def main() -> None:
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, transformers {transformers.__version__}")
     with torch.no_grad():
         decode_call_loop()
-    config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_attention_heads=16,
-                                      num_key_value_heads=4, head_dim=128, num_hidden_layers=LAYERS,
-                                      vocab_size=32000, max_position_embeddings=8192)
+    config = llama_config()
     config._attn_implementation = "sdpa"
+    layers = config.num_hidden_layers
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
     print("| prompt | batch | run | ms per token | decode call µs (median) | first call of a step µs (mean) "
@@ -88,10 +89,10 @@ def main() -> None:
             for patched in (False, True):
                 seconds, calls = generation(model, ids, patched)
                 decode = [s for rows, s in calls if rows == 1]
-                steps = len(decode) // LAYERS
+                steps = len(decode) // layers
                 print(f"| {prompt} | {batch} | {'patch_sdpa' if patched else 'SDPA'} {r} | "
                       f"{seconds / NEW * 1e3:.2f} | {statistics.median(decode) * 1e6:.1f} | "
-                      f"{statistics.mean(decode[::LAYERS]) * 1e6:.0f} | {sum(decode) / steps * 1e3:.3f} |", flush=True)
+                      f"{statistics.mean(decode[::layers]) * 1e6:.0f} | {sum(decode) / steps * 1e3:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from portattn.kernels.variant import TileConfig as T
 from portattn.ops import eager
 from portattn.runtime.compiler import compile_kernel
 from portattn.runtime.target import target_for
-from portattn.tools.bench import cycled, decode_input_sets, graph_us
+from portattn.tools.bench import cycled, decode_input_sets, graph_us, kv_bytes
 
 TILES = [
     T(block_m=16, block_n=32, threads=32, stages=3),
@@ -44,7 +44,7 @@ def cases() -> list[tuple[str, list, float, float]]:
     """(name, portattn calls on copies of the inputs, SDPA default µs, bytes of K and V) per shape."""
     out = []
     for hq, hk, b, n, paged in SHAPES:
-        nbytes = 2 * b * n * hk * 128 * 2
+        nbytes = kv_bytes(torch.bfloat16, 128, hk, b, n)
         sets = decode_input_sets(torch.bfloat16, 128, hq, hk, b, n, PAGE)
         sdpa = graph_us(cycled(sets, lambda s: torch.nn.functional.scaled_dot_product_attention(
             s["q"].transpose(1, 2), s["k"].transpose(1, 2), s["v"].transpose(1, 2), enable_gqa=True)), 50)

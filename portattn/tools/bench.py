@@ -311,12 +311,16 @@ def cycled(sets: list[_Set], call: Callable[[_Set], object]) -> list[Callable[[]
     return [lambda s=sets[i % len(sets)]: call(s) for i in range(max(len(sets), MIN_GRAPH_CALLS))]
 
 
+def kv_bytes(dt: torch.dtype, head_dim: int, heads_kv: int, batch: int, keys: int) -> int:
+    """Bytes of K and V that a decode call over ``keys`` keys per sequence reads."""
+    return 2 * batch * keys * heads_kv * head_dim * dt.itemsize
+
+
 def decode_input_sets(dt: torch.dtype, head_dim: int, heads_q: int, heads_kv: int, batch: int, keys: int,
                       page_size: int) -> list[dict[str, torch.Tensor]]:
     """``input_copies`` differently seeded copies of ``decode_inputs``."""
-    nbytes = 2 * batch * keys * heads_kv * head_dim * dt.itemsize
     return [decode_inputs(dt, head_dim, heads_q, heads_kv, batch, keys, page_size, keys + batch + i)
-            for i in range(input_copies(nbytes))]
+            for i in range(input_copies(kv_bytes(dt, head_dim, heads_kv, batch, keys)))]
 
 
 def decode_inputs(dt: torch.dtype, head_dim: int, heads_q: int, heads_kv: int, batch: int, keys: int,
@@ -347,7 +351,7 @@ def bench_decode_case(dtype: str, head_dim: int, heads_q: int, heads_kv: int, ba
     from ..ops.kvcache import attention_with_kvcache
 
     dt = _DTYPES[dtype]
-    nbytes = 2 * batch * keys * heads_kv * head_dim * dt.itemsize
+    nbytes = kv_bytes(dt, head_dim, heads_kv, batch, keys)
     sets = decode_input_sets(dt, head_dim, heads_q, heads_kv, batch, keys, page_size)
 
     def calls(s: dict[str, torch.Tensor]) -> dict[str, Callable[[], object]]:
