@@ -178,7 +178,8 @@ class Overrides:
     tweak: Callable[[KernelSpec], KernelSpec] | None = None
 
 
-OVERRIDES: ContextVar[Overrides] = ContextVar("portattn_overrides", default=Overrides())
+NO_OVERRIDES = Overrides()
+OVERRIDES: ContextVar[Overrides] = ContextVar("portattn_overrides", default=NO_OVERRIDES)
 
 _resident: dict[tuple[KernelSpec, Target], int] = {}
 

@@ -146,13 +146,14 @@ class _DecodeReplay:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: Optional[torch.Tensor]) -> None:
         layout, call = self.last
-        if layout != (k.shape[2], k.stride(), v.stride()):
+        keys = k.shape[2]
+        if layout != (keys, k.stride(), v.stride()):
             call = decode.prepare(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
-                                  None, None, None, self.masking, 0, k.shape[2])
-            self.last = (k.shape[2], k.stride(), v.stride()), call
+                                  None, None, None, self.masking, 0, keys)
+            self.last = (keys, k.stride(), v.stride()), call
         # only addresses are read: the tensors serve as their transposed views
-        decode.start(call, q, k, v, out, lse, _lengths(q.shape[0], k.shape[2], q.device), None, None, None,
-                     self.masking, self.scale)
+        decode.start(call, q, k, v, out, lse, _lengths(q.shape[0], keys, q.device), None, None, None, self.masking,
+                     self.scale)
 
 
 _length_tensors: dict[tuple, torch.Tensor] = {}

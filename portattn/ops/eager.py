@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..kernels.variant import KERNEL_ENV, OVERRIDES
+from ..kernels.variant import KERNEL_ENV, NO_OVERRIDES, OVERRIDES
 from ..runtime import environ, loader
 from ..runtime.target import LANES_ENV
 
@@ -71,9 +71,10 @@ def signature(q: object, k: object, v: object, causal: object, scale: object, gq
 
 
 def settings() -> tuple:
-    """What a signature holds besides the call: the verification overrides and the target and kernel settings
-    of the environment."""
-    return OVERRIDES.get(), environ.get(LANES_ENV), environ.get(KERNEL_ENV)
+    """What a signature holds besides the call: the verification overrides (None for none: hashing the dataclass
+    costs more than the rest of a lookup) and the target and kernel settings of the environment."""
+    overrides = OVERRIDES.get()
+    return None if overrides is NO_OVERRIDES else overrides, environ.get(LANES_ENV), environ.get(KERNEL_ENV)
 
 
 def in_kernel_layout(t: torch.Tensor) -> bool:

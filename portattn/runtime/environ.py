@@ -11,9 +11,15 @@ _DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
 _ENCODING = sys.getfilesystemencoding()
 
 
+_names: dict[str, bytes] = {}  # the names asked for, encoded as the mapping holds them
+
+
 def get(name: str) -> str | None:
     """The value of the environment variable ``name`` as ``os.environ`` has it, or None when it is not set."""
     if _DATA is None:
         return os.environ.get(name)
-    value = _DATA.get(name.encode(_ENCODING, "surrogateescape"))
+    encoded = _names.get(name)
+    if encoded is None:
+        encoded = _names[name] = name.encode(_ENCODING, "surrogateescape")
+    value = _DATA.get(encoded)
     return None if value is None else value.decode(_ENCODING, "surrogateescape")

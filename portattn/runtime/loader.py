@@ -61,11 +61,12 @@ class ThreadParams:
     """A launch's parameter struct kept for one thread (the driver copies the parameters at launch, so the struct
     serves every call), the kernel-parameter array that points at it, and the addresses its tensor maps point at."""
 
-    __slots__ = ("struct", "args", "args_address", "reset", "addresses")
+    __slots__ = ("struct", "address", "args", "args_address", "reset", "addresses")
 
     def __init__(self, struct: ctypes.Structure, template: ctypes.Structure, keep: int, maps: int) -> None:
         self.struct = struct
-        self.args = (ctypes.c_void_p * 1)(ctypes.addressof(struct))
+        self.address = ctypes.addressof(struct)
+        self.args = (ctypes.c_void_p * 1)(self.address)
         self.args_address = ctypes.addressof(self.args)
         # memmove arguments that set the fields after the first ``keep`` bytes (the maps) to the template's
         self.reset = (ctypes.addressof(struct) + keep, ctypes.addressof(template) + keep, ctypes.sizeof(struct) - keep)
@@ -126,6 +127,16 @@ class Launch:
             setattr(struct, name, value)
         if self.tensor_maps:
             self._repoint_maps(params, fields)
+        return params
+
+    def params_from(self, template_address: int) -> ThreadParams:
+        """This thread's struct set to a copy of the struct at ``template_address`` (of this launch's type; launches
+        without tensor maps), for a caller that sets its per-call fields on ``ThreadParams.struct`` itself: a family
+        that keeps a template per call signature, whose per-call fields are few."""
+        params = getattr(self._per_thread, "params", None)
+        if params is None:
+            params = self._per_thread.params = self._thread_params()
+        ctypes.memmove(params.address, template_address, params.reset[2])
         return params
 
     def send(self, params: ThreadParams, stream_handle: int) -> None:
