@@ -218,3 +218,22 @@ def test_decode_length_tensors_are_bounded(monkeypatch):
         assert t.dtype == torch.int32 and t.tolist() == [keys] * 3
         assert len(ops._length_tensors) <= 8
     assert ops._lengths(3, 119, torch.device("cpu")) is t  # kept while the store holds it
+
+
+def test_signatures_follow_the_verification_overrides_and_environment(monkeypatch):
+    """A signature holds None for no verification overrides, the overrides themselves while any are set (each setting
+    its own key), and the lane and kernel settings of the environment as they are at the call."""
+    from portattn.tools.testing import use_kernel
+
+    q, k, v = torch.randn(1, 4, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64)
+    monkeypatch.delenv("PORTATTN_KERNEL", raising=False)
+    plain = eager.signature(q, k, v, False, None, True)
+    assert eager.settings()[0] is None and plain[-3:] == eager.settings()
+    with use_kernel("simt"):
+        simt = eager.signature(q, k, v, False, None, True)
+        assert simt[-3].kernel == "simt" and simt != plain
+        with use_kernel("mma"):
+            assert eager.signature(q, k, v, False, None, True) not in (plain, simt)
+    assert eager.signature(q, k, v, False, None, True) == plain
+    monkeypatch.setenv("PORTATTN_KERNEL", "simt")
+    assert eager.signature(q, k, v, False, None, True)[-1] == "simt"

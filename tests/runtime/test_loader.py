@@ -129,6 +129,34 @@ def test_launches_with_tensor_maps_repoint_only_what_changed(monkeypatch):
     assert len(repointed) == 3 and ctypes.addressof(launched[-1]) != ctypes.addressof(launched[-2])
 
 
+def test_launches_can_start_from_a_template_of_the_call(monkeypatch):
+    """``params_from``: the thread's struct becomes a copy of a call's own template (the decode family keeps one per
+    call signature), whatever the previous call set on it; the launch sends that struct."""
+    from portattn.kernels.decode import DecodeParams
+    from portattn.runtime import cuda_driver
+
+    launched = []
+
+    def launcher(*ready):
+        def go(args_address: int, stream: int) -> None:
+            launched.append(DecodeParams.from_buffer_copy(
+                DecodeParams.from_address(ctypes.c_void_p.from_address(args_address).value)))
+        return go
+
+    monkeypatch.setattr(cuda_driver, "launcher", launcher)
+    launch = loader.Launch(Target.for_arch("sm_90"), None, 4, 64, 0, DecodeParams(batch=2, num_splits=3))
+    short, long = DecodeParams(batch=2, num_splits=3, capacity=64), DecodeParams(batch=2, num_splits=3, capacity=4096)
+    params = launch.params_from(ctypes.addressof(short))
+    params.struct.q, params.struct.lse = 0x1000, 0x2000
+    launch.send(params, 7)
+    params = launch.params_from(ctypes.addressof(long))
+    params.struct.q = 0x3000
+    launch.send(params, 7)
+    assert [(p.capacity, p.q, p.lse) for p in launched] == [(64, 0x1000, 0x2000), (4096, 0x3000, None)]
+    assert ctypes.string_at(ctypes.addressof(short), ctypes.sizeof(short)) == bytes(
+        DecodeParams(batch=2, num_splits=3, capacity=64))  # the templates stay as they were
+
+
 def test_an_empty_grid_launches_nothing(monkeypatch):
     """A grid of no blocks (packed sequences without query rows) is not sent to the driver, which refuses it."""
     from portattn.kernels.forward import FwdParams
