@@ -37,6 +37,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from ..kernels.variant import capturing
 from ..ops import eager
 from ..ops.attention import attention, sdpa_autocast
 from ..ops.support import Unsupported, gpu_problem, sdpa_problem
@@ -53,7 +54,7 @@ _warned: set[str] = set()
 def _tracing(t: torch.Tensor) -> bool:
     """Whether ``t``'s values cannot be read now (tracing, compiling, capturing a CUDA graph)."""
     return (torch.jit.is_tracing() or torch.compiler.is_compiling()
-            or (t.is_cuda and torch.cuda.is_current_stream_capturing()))
+            or (t.is_cuda and capturing()))
 
 
 def _structure(mask: torch.Tensor,

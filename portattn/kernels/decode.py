@@ -40,6 +40,7 @@ from .variant import (
     KernelSpec,
     Rows,
     TileConfig,
+    capturing,
     current_stream,
     dtype_name,
     exp2_scale,
@@ -418,8 +419,6 @@ def start(call: DecodeCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
 
 # float32 room for the splits' partial results of eager calls, per (device index, stream handle, thread).
 _workspaces: dict[tuple[int, int, int], torch.Tensor] = {}
-# Whether torch's current stream is capturing a CUDA graph: torch's own accessor (a third of the wrapper's cost).
-_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
 
 
 def _partials(device: torch.device, stream: int, elements: int) -> torch.Tensor:
@@ -428,7 +427,7 @@ def _partials(device: torch.device, stream: int, elements: int) -> torch.Tensor:
     queued and run in order, so each call's combine has read the buffer before the next call's attend kernel writes
     it (torch's caching allocator hands a stream's freed blocks back to the same stream alike). A call captured into
     a CUDA graph gets its own allocation, which the graph keeps."""
-    if _capturing():
+    if capturing():
         return torch.empty(elements, dtype=torch.float32, device=device)
     key = (device.index, stream, threading.get_ident())
     buffer = _workspaces.get(key)

@@ -234,6 +234,11 @@ def current_stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
+# Whether torch's current stream is capturing a CUDA graph: torch's own accessor (a third of the cost of
+# ``torch.cuda.is_current_stream_capturing``, which wraps it), where the build has one.
+capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
+
+
 def forced_kernel() -> str | None:
     """The implementation asked for by the verification hooks or ``PORTATTN_KERNEL`` ("mma", "simt"), else None."""
     return OVERRIDES.get().kernel or environ.get(KERNEL_ENV) or None

@@ -35,7 +35,7 @@ import torch
 
 from ..kernels import backward, decode, forward
 from ..kernels.masking import CAUSAL, PLAIN, Masking, window_bounds
-from ..kernels.variant import OVERRIDES, allocation, forced_kernel, launch_target, new_from
+from ..kernels.variant import OVERRIDES, allocation, capturing, forced_kernel, launch_target, new_from
 from ..runtime import loader
 from . import eager
 from .eager import in_kernel_layout
@@ -167,7 +167,7 @@ def _lengths(batch: int, keys: int, device: torch.device) -> torch.Tensor:
     t = _length_tensors.get(key)
     if t is None:
         t = torch.full((batch,), keys, dtype=torch.int32, device=device)
-        if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        if not (device.type == "cuda" and capturing()):
             loader.remember(_length_tensors, key, t)
     return t
 

@@ -61,15 +61,15 @@ class ThreadParams:
     """A launch's parameter struct kept for one thread (the driver copies the parameters at launch, so the struct
     serves every call), the kernel-parameter array that points at it, and the addresses its tensor maps point at."""
 
-    __slots__ = ("struct", "address", "args", "args_address", "reset", "addresses")
+    __slots__ = ("struct", "address", "size", "args", "args_address", "reset", "addresses")
 
     def __init__(self, struct: ctypes.Structure, template: ctypes.Structure, keep: int, maps: int) -> None:
         self.struct = struct
-        self.address = ctypes.addressof(struct)
+        self.address, self.size = ctypes.addressof(struct), ctypes.sizeof(struct)
         self.args = (ctypes.c_void_p * 1)(self.address)
         self.args_address = ctypes.addressof(self.args)
         # memmove arguments that set the fields after the first ``keep`` bytes (the maps) to the template's
-        self.reset = (ctypes.addressof(struct) + keep, ctypes.addressof(template) + keep, ctypes.sizeof(struct) - keep)
+        self.reset = (self.address + keep, ctypes.addressof(template) + keep, self.size - keep)
         self.addresses: list = [None] * maps
 
 
@@ -136,7 +136,7 @@ class Launch:
         params = getattr(self._per_thread, "params", None)
         if params is None:
             params = self._per_thread.params = self._thread_params()
-        ctypes.memmove(params.address, template_address, params.reset[2])
+        ctypes.memmove(params.address, template_address, params.size)
         return params
 
     def send(self, params: ThreadParams, stream_handle: int) -> None:
