@@ -8,7 +8,7 @@
 //   pa_store_elem(p, x)        store one element; pa_store_elem2(p, x, y) two adjacent ones (p aligned to two)
 //   pa_async_copy16(dst, src, valid)   16-byte global -> shared copy (zeros when !valid); asynchronous on NVIDIA,
 //   pa_async_copy4(dst, src, valid)    the same for 4 bytes,
-//   pa_async_copy16_once<ROW_BYTES>(dst, src, valid)   the 16-byte copy of data read once (L2 hints on NVIDIA),
+//   pa_async_copy16_once(dst, src, valid)   the 16-byte copy of data read once (an L2 hint on NVIDIA),
 //   pa_async_commit(), pa_async_wait<N>()   completed by committing groups and waiting for all but N of them
 #pragma once
 
@@ -42,20 +42,14 @@ PA_DEVICE void pa_async_copy4(void* dst_smem, const void* src, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(pa_smem_addr(dst_smem)), "l"(src),
                  "r"(valid ? 4 : 0));
 }
-// The same for data read once (decode's K and V rows, ROW_BYTES each): marked first to evict from the L2, and rows
-// of 256 bytes or more fetched into the L2 256 bytes at a time. One instruction either way, without a branch (small
-// decode calls are bound by instruction issue).
-template <int ROW_BYTES>
+// The same for data read once (decode's K and V rows), marked first to evict from the L2. One instruction, without a
+// branch (small decode calls are bound by instruction issue). Rows of 256 bytes used to be fetched into the L2 256
+// bytes at a time as well; on the swizzled decode tiles that ran 2-7 % slower on an H200 (docs/benchmarks.md).
 PA_DEVICE void pa_async_copy16_once(void* dst_smem, const void* src, bool valid) {
     unsigned long long policy;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-    if constexpr (ROW_BYTES >= 256)
-        asm volatile(
-            "cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(pa_smem_addr(dst_smem)),
-            "l"(src), "r"(valid ? 16 : 0), "l"(policy));
-    else
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(pa_smem_addr(dst_smem)),
-                     "l"(src), "r"(valid ? 16 : 0), "l"(policy));
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(pa_smem_addr(dst_smem)),
+                 "l"(src), "r"(valid ? 16 : 0), "l"(policy));
 }
 PA_DEVICE void pa_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Wait until at most N committed groups of this thread are still in flight.
@@ -104,7 +98,6 @@ PA_DEVICE void pa_async_copy16(void* dst_smem, const void* src, bool valid) {
 PA_DEVICE void pa_async_copy4(void* dst_smem, const void* src, bool valid) {
     *static_cast<unsigned*>(dst_smem) = valid ? *static_cast<const unsigned*>(src) : 0u;
 }
-template <int ROW_BYTES>
 PA_DEVICE void pa_async_copy16_once(void* dst_smem, const void* src, bool valid) {
     pa_async_copy16(dst_smem, src, valid);
 }

@@ -466,8 +466,7 @@ struct PaTileLoader {
             const int idx = (int)threadIdx.x + i * PA_THREADS;
             const int r = idx / CHUNKS, c = idx % CHUNKS * PA_TILE_CHUNK;
             const pa_elem* src = static_cast<const pa_elem*>(pa_shfl_ptr(mine, r, PA_WARP_SIZE));
-            pa_async_copy16_once<PA_HEAD_DIM*(int)sizeof(pa_elem)>(tile + pa_tile_offset<ROWS>(r, c), src + c,
-                                                                   r < valid);
+            pa_async_copy16_once(tile + pa_tile_offset<ROWS>(r, c), src + c, r < valid);
         }
     }
     // Start copying rows of `src` (row stride `stride`); rows at or past `valid` become zeros.
