@@ -100,13 +100,14 @@ MAX_QUERIES = 16  # attention calls with at most this many query rows (not causa
 # Automatic splits: a call takes only the blocks that keep about BYTES_IN_FLIGHT of key/value tiles streaming; beyond
 # that, each split's partial rows, its pipeline's start and the combine's work cost more than the extra blocks'
 # reading saves (scripts/tune_decode.py). A long call (more than LONG_CALL_BYTES of K and V) that needs splits for
-# that aims at LONG_BYTES_IN_FLIGHT instead, where more blocks still add a few percent of bandwidth and the partial
-# results cost little; one whose blocks keep BYTES_IN_FLIGHT streaming without splits takes none (no partial results,
-# no combine). Never more than SPLIT_ROUNDS rounds of the attend blocks that the GPU holds at once.
+# that aims at LONG_BYTES_IN_FLIGHT instead; one whose blocks keep BYTES_IN_FLIGHT streaming without splits takes none
+# (no partial results, no combine). Never more than SPLIT_ROUNDS rounds of the attend blocks that the GPU holds at
+# once. Long calls aimed at 8 MiB on an H100 (one of three long cells ran 2 % faster than at 4 MiB, two 1-2 % slower);
+# on an H200 4 MiB ran 1.5-2.3 % faster on all four long cells with splits (docs/benchmarks.md).
 SPLIT_ROUNDS = 2
 LONG_CALL_BYTES = 512 << 20
 BYTES_IN_FLIGHT = 4 << 20
-LONG_BYTES_IN_FLIGHT = 8 << 20
+LONG_BYTES_IN_FLIGHT = 4 << 20
 # A split takes at least this many key tiles: shorter ones cost more in partial writes and the combine launch than
 # their parallel reading saves (scripts/tune_decode.py), and a short cache then needs no combine.
 MIN_SPLIT_TILES = 2

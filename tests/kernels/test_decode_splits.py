@@ -75,11 +75,12 @@ def test_spreading_splits_are_keyed_by_dtype_head_dim_and_tile_rows(monkeypatch,
     assert planned.value.args == (spread,)
 
 
-@pytest.mark.parametrize("base,expected", [(64, 8), (32, 16), (48, 11), (256, 1), (300, 1)])
-def test_long_calls_keep_more_bytes_in_flight(base, expected):
-    """64k keys (1 GiB and more of K and V): 8 MiB of 16 KiB tiles is 512 blocks, so 64 bases take 8 splits and 32
-    take 16; 48 bases take 11 (528 blocks, one whole round of the resident ones); 256 bases keep 4 MiB
-    streaming without splits and take none."""
+@pytest.mark.parametrize("base,expected", [(64, 4), (32, 8), (48, 6), (256, 1), (300, 1)])
+def test_long_calls_keep_their_bytes_in_flight(base, expected):
+    """64k keys (1 GiB and more of K and V): LONG_BYTES_IN_FLIGHT, 4 MiB of 16 KiB tiles, is 256 blocks, so 64 bases
+    take 4 splits, 32 take 8 and 48 take 6 (288 blocks); 256 bases keep 4 MiB streaming without splits and take
+    none."""
+    assert decode.LONG_BYTES_IN_FLIGHT == 4 << 20
     assert decode.splits(528, SMS, base, 65536, BN, TILE) == expected
 
 
