@@ -4,8 +4,7 @@ inputs, CUDA graphs of back-to-back calls on copies of the inputs, median).
     PYTHONPATH=. python3 scripts/tune_decode.py
 Each candidate replaces the sm90 bfloat16 d = 128 row of the narrow decode table and the automatic split rule's
 constants: the most rounds of resident blocks, the shortest split (key tiles), the most splits, the bytes in flight
-that calls aim for, the size from which a call counts as long and the bytes in flight that long calls with splits
-aim for. A line per candidate: each shape's time and its ratio to SDPA's default (higher is better), then the
+that calls aim for. A line per candidate: each shape's time and its ratio to SDPA's default (higher is better), then the
 geometric mean of the ratios.
 """
 from __future__ import annotations
@@ -31,8 +30,6 @@ ROUNDS = [2]
 MIN_SPLIT_TILES = [2]
 MAX_SPLITS = [256]
 BYTES_IN_FLIGHT = [2 << 20, 4 << 20, 8 << 20]
-LONG_CALL_BYTES = [256 << 20, 512 << 20, 1 << 30]
-LONG_BYTES_IN_FLIGHT = [4 << 20, 8 << 20, 16 << 20]
 # (Hq, Hk, batch, keys, paged)
 SHAPES = [(32, 8, 1, 4096, False), (32, 8, 1, 65536, False), (32, 8, 8, 8192, False), (32, 8, 8, 65536, False),
           (32, 8, 32, 4096, False), (8, 1, 1, 4096, False), (8, 1, 1, 65536, False), (8, 1, 8, 8192, False),
@@ -63,16 +60,14 @@ def main() -> None:
     target = target_for(torch.device("cuda"))
     shapes = cases()
     print("SDPA default: " + " | ".join(f"{name}: {us:.1f} us" for name, _, us, _ in shapes), flush=True)
-    for tile, rounds, min_tiles, max_splits, in_flight, long_call, long_in_flight in itertools.product(
-            TILES, ROUNDS, MIN_SPLIT_TILES, MAX_SPLITS, BYTES_IN_FLIGHT, LONG_CALL_BYTES, LONG_BYTES_IN_FLIGHT):
+    for tile, rounds, min_tiles, max_splits, in_flight in itertools.product(
+            TILES, ROUNDS, MIN_SPLIT_TILES, MAX_SPLITS, BYTES_IN_FLIGHT):
         key = ("bfloat16", 128)
         decode.DECODE_TILES["sm90"] = ({**decode.DECODE_TILES["sm90"][0], key: tile}, decode.DECODE_TILES["sm90"][1])
         decode.SPLIT_ROUNDS = rounds
         decode.MIN_SPLIT_TILES = min_tiles
         decode.MAX_SPLITS = max_splits
         decode.BYTES_IN_FLIGHT = in_flight
-        decode.LONG_CALL_BYTES = long_call
-        decode.LONG_BYTES_IN_FLIGHT = long_in_flight
         decode.forget_plans()
         eager.forget()  # replays keep the launches of the tables they were made with
         spec = decode.select(target, "bfloat16", 128, 4).attend
@@ -84,7 +79,7 @@ def main() -> None:
             cells.append(f"{name}: {us:.1f} us {nbytes / us / 1e3:.0f} GB/s x{sdpa / us:.2f}")
         mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
         head = (f"{spec.label} rounds={rounds} min_tiles={min_tiles} max_splits={max_splits} "
-                f"in_flight={in_flight >> 20}MiB long={long_call >> 20}MiB long_in_flight={long_in_flight >> 20}MiB "
+                f"in_flight={in_flight >> 20}MiB "
                 f"regs {res.registers} spill {res.spill_bytes} geomean x{mean:.3f}")
         print(head + " | " + " | ".join(cells), flush=True)
 

@@ -99,15 +99,12 @@ MAX_SPLITS = 256
 MAX_QUERIES = 16  # attention calls with at most this many query rows (not causal) run as decoding
 # Automatic splits: a call takes only the blocks that keep about BYTES_IN_FLIGHT of key/value tiles streaming; beyond
 # that, each split's partial rows, its pipeline's start and the combine's work cost more than the extra blocks'
-# reading saves (scripts/tune_decode.py). A long call (more than LONG_CALL_BYTES of K and V) that needs splits for
-# that aims at LONG_BYTES_IN_FLIGHT instead; one whose blocks keep BYTES_IN_FLIGHT streaming without splits takes none
-# (no partial results, no combine). Never more than SPLIT_ROUNDS rounds of the attend blocks that the GPU holds at
-# once. Long calls aimed at 8 MiB on an H100 (one of three long cells ran 2 % faster than at 4 MiB, two 1-2 % slower);
-# on an H200 4 MiB ran 1.5-2.3 % faster on all four long cells with splits (docs/benchmarks.md).
+# reading saves (scripts/tune_decode.py); a call whose blocks keep BYTES_IN_FLIGHT streaming without splits takes
+# none (no partial results, no combine). Never more than SPLIT_ROUNDS rounds of the attend blocks that the GPU holds
+# at once. Calls of more than 512 MiB of K and V used to aim at 8 MiB: on an H100 one of three such cells ran 2 %
+# faster with it and two 1-2 % slower, on an H200 all four with splits ran 1.5-2.3 % slower (docs/benchmarks.md).
 SPLIT_ROUNDS = 2
-LONG_CALL_BYTES = 512 << 20
 BYTES_IN_FLIGHT = 4 << 20
-LONG_BYTES_IN_FLIGHT = 4 << 20
 # A split takes at least this many key tiles: shorter ones cost more in partial writes and the combine launch than
 # their parallel reading saves (scripts/tune_decode.py), and a short cache then needs no combine.
 MIN_SPLIT_TILES = 2
@@ -277,17 +274,14 @@ def splits(resident: int, multiprocessors: int, base_blocks: int, keys: int, blo
     """Key splits per (sequence, head, row block), for ``base_blocks`` of those, ``resident`` attend blocks held by
     the GPU's ``multiprocessors`` at once and key tiles of ``block_n`` keys and ``tile_bytes`` bytes of K and V: at
     least MIN_SPLIT_TILES key tiles per split, at most MAX_SPLITS, up to SPLIT_ROUNDS rounds of blocks, and only the
-    blocks that keep BYTES_IN_FLIGHT streaming (a call of more than LONG_CALL_BYTES that needs splits for that:
-    LONG_BYTES_IN_FLIGHT); of those counts the one that fills its last round best (ties: the most splits). A call of
+    blocks that keep BYTES_IN_FLIGHT streaming; of those counts the one that fills its last round best (ties: the
+    most splits). A call of
     more than MIN_SPLIT_TILES key tiles that would still leave multiprocessors without a block spreads its keys
     further, up to a block per multiprocessor: so few blocks take longer to read their keys than the combine costs.
     Its splits then take ``spread_tiles`` key tiles where that still makes SPREAD_MIN_BLOCKS blocks, else one."""
     base = max(base_blocks, 1)
     most = max(1, min(-(-SPLIT_ROUNDS * resident // base), keys // (MIN_SPLIT_TILES * block_n), MAX_SPLITS))
-    in_flight = -(-BYTES_IN_FLIGHT // (tile_bytes * base))
-    if in_flight > 1 and base * -(-keys // block_n) * tile_bytes > LONG_CALL_BYTES:
-        in_flight = -(-LONG_BYTES_IN_FLIGHT // (tile_bytes * base))
-    most = min(most, in_flight)
+    most = min(most, -(-BYTES_IN_FLIGHT // (tile_bytes * base)))
     n = _best_filling(resident, base, most)
     tiles = -(-keys // block_n)
     if base * n < multiprocessors and tiles > MIN_SPLIT_TILES:

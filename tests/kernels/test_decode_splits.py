@@ -25,9 +25,8 @@ def test_splits_stay_within_their_bounds(base, keys):
     if n > 1:  # every split holds at least MIN_SPLIT_TILES key tiles (spread: one)
         assert keys // n >= (BN if spread else decode.MIN_SPLIT_TILES * BN)
     assert base * n <= max(base, decode.SPLIT_ROUNDS * resident + base)  # no more than the rounds asked for
-    if not spread:  # the blocks that keep BYTES_IN_FLIGHT streaming (a long call with splits: LONG_BYTES_IN_FLIGHT)
-        long_call = base * -(-keys // BN) * TILE > decode.LONG_CALL_BYTES and base * TILE < decode.BYTES_IN_FLIGHT
-        assert n == 1 or (n - 1) * base * TILE < (decode.LONG_BYTES_IN_FLIGHT if long_call else decode.BYTES_IN_FLIGHT)
+    if not spread:  # the blocks that keep BYTES_IN_FLIGHT streaming
+        assert n == 1 or (n - 1) * base * TILE < decode.BYTES_IN_FLIGHT
 
 
 def test_short_caches_take_one_split():
@@ -76,11 +75,10 @@ def test_spreading_splits_are_keyed_by_dtype_head_dim_and_tile_rows(monkeypatch,
 
 
 @pytest.mark.parametrize("base,expected", [(64, 4), (32, 8), (48, 6), (256, 1), (300, 1)])
-def test_long_calls_keep_their_bytes_in_flight(base, expected):
-    """64k keys (1 GiB and more of K and V): LONG_BYTES_IN_FLIGHT, 4 MiB of 16 KiB tiles, is 256 blocks, so 64 bases
-    take 4 splits, 32 take 8 and 48 take 6 (288 blocks); 256 bases keep 4 MiB streaming without splits and take
-    none."""
-    assert decode.LONG_BYTES_IN_FLIGHT == 4 << 20
+def test_long_calls_keep_the_same_bytes_in_flight(base, expected):
+    """64k keys (1 GiB and more of K and V) as shorter calls: 4 MiB of 16 KiB tiles is 256 blocks, so 64 bases take 4
+    splits, 32 take 8 and 48 take 6 (288 blocks); 256 bases keep 4 MiB streaming without splits and take none."""
+    assert decode.BYTES_IN_FLIGHT == 4 << 20
     assert decode.splits(528, SMS, base, 65536, BN, TILE) == expected
 
 
