@@ -15,7 +15,8 @@
 // With the warpgroup MMA (PA_MMA_WGMMA, sm_90a) each warpgroup owns 64 keys; the products read Q, dO, K, V and the
 // dS tile from shared memory in the unit's swizzled layout and run asynchronously, and dQ = dS K is split between
 // the warpgroups by 64-row blocks of the query tile and, within those, by head-dim columns (32-query tiles, which
-// leave room for the whole K and V at d = 256: dQ^T = K^T dS^T, by head-dim columns). Its float32 result goes
+// leave room for the whole K and V at d = 256: dQ^T = K^T dS^T, by head-dim columns). The products run in the order
+// dV, dQ, dK, so that dK keeps the unit busy while dQ is stored. dQ's float32 result goes
 // to a tile in shared memory, which one more warpgroup (WRITERS threads past PA_THREADS) adds to dq_accum while the
 // others go on with the next query tile; two transaction barriers hand the tile back and forth. That warpgroup's
 // first warp copies the query tiles of Q and dO with bulk tensor copies (pa_prelude_tma.cuh), PA_STAGES ahead,
@@ -137,28 +138,31 @@ constexpr int DQ_N = (D / DQ_SLICES + 63) / 64 * 64;
 constexpr int DQ_LAST = D - (DQ_SLICES - 1) * DQ_N;
 static_assert(DQ_LAST > 0 && DQ_LAST <= DQ_N, "the head dim's dQ slices");
 // One warpgroup's part of the tile's dQ product (ON fragments per row): zeroed, step(k0) issued for every 16 keys
-// of the block, completed; then waits until the writers are done with tile t - 1 (`empty`).
-template <int ON, class Step>
-PA_DEVICE void dq_product(pa_mma_c (&part)[ON], const Step& step, unsigned long long* empty, int t) {
+// of the block; then then_start() starts the tile's last product (dK), which runs on while dQ completes and is
+// stored; then waits until the writers are done with tile t - 1 (`empty`).
+template <int ON, class Step, class Then>
+PA_DEVICE void dq_product(pa_mma_c (&part)[ON], const Step& step, const Then& then_start, unsigned long long* empty,
+                          int t) {
     pa_mma_c_zero(part);
     pa_wgmma_fence();
 #pragma unroll
     for (int k0 = 0; k0 < BN; k0 += PA_MMA_K) step(&part[0][0], k0);
     pa_wgmma_commit();
-    pa_wgmma_wait<0>();
+    then_start();
+    pa_wgmma_wait<1>();
     pa_wgmma_settle<ON * 4>(&part[0][0]);
     if (t > 0) pa_mbar_wait(empty, (t - 1) & 1);
 }
-template <int N>
+template <int N, class Then>
 PA_DEVICE void add_dq_slice(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, unsigned long long* full,
-                            unsigned long long* empty, int t, int r0, int c0) {
+                            unsigned long long* empty, int t, int r0, int c0, const Then& then_start) {
     pa_mma_c part[N / PA_MMA_N];
     dq_product(
         part,
         [&](float* d, int k0) {
             pa_wgmma_st<N>(d, pa_tile_desc<BM>(ds_s, r0, k0, 16), pa_tile_desc<BN>(k_s, k0, c0, BN * 128));
         },
-        empty, t);
+        then_start, empty, t);
 #pragma unroll
     for (int rr = 0; rr < PA_MMA_C_ROWS; ++rr)
         pa_tile_store_row_f32(dq_s + (r0 + pa_wave_id() % 4 * PA_MMA_M + pa_mma_c_row(rr)) * LDQ + c0, part, rr, 1.f);
@@ -166,8 +170,9 @@ PA_DEVICE void add_dq_slice(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s
 }
 // 32-query tiles: dQ^T = K^T dS^T, warpgroup g taking the block's head-dim columns c0 + 64 g .. as the product's
 // rows (K read transposed), its float32 result stored transposed into the dQ tile.
+template <class Then>
 PA_DEVICE void add_dq_transposed(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, unsigned long long* full,
-                                 unsigned long long* empty, int t, int c0) {
+                                 unsigned long long* empty, int t, int c0, const Then& then_start) {
     const int m0 = pa_wave_id() / 4 * 64;
     pa_mma_c part[BM / PA_MMA_N];
     dq_product(
@@ -175,7 +180,7 @@ PA_DEVICE void add_dq_transposed(const pa_elem* ds_s, const pa_elem* k_s, float*
         [&](float* d, int k0) {
             pa_wgmma_ts_n32(d, pa_tile_desc<BN>(k_s, k0, c0 + m0, BN * 128), pa_tile_desc<BM>(ds_s, 0, k0, 16));
         },
-        empty, t);
+        then_start, empty, t);
     const int col = m0 + pa_wave_id() % 4 * PA_MMA_M;  // this warp's first head-dim column of the dQ tile
 #pragma unroll
     for (int j = 0; j < BM / PA_MMA_N; ++j)
@@ -186,16 +191,17 @@ PA_DEVICE void add_dq_transposed(const pa_elem* ds_s, const pa_elem* k_s, float*
                 dq_s[(j * PA_MMA_N + pa_mma_c_col(e)) * LDQ + col + pa_mma_c_row(rr)] = part[j][rr * PA_MMA_C_COLS + e];
     pa_mbar_arrive(full);
 }
+template <class Then>
 PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq_s, unsigned long long* full,
-                      unsigned long long* empty, int t, int c0) {
+                      unsigned long long* empty, int t, int c0, const Then& then_start) {
     if constexpr (DQ_T) {
-        add_dq_transposed(ds_s, k_s, dq_s, full, empty, t, c0);
+        add_dq_transposed(ds_s, k_s, dq_s, full, empty, t, c0, then_start);
     } else {
         const int g = pa_wave_id() / 4, r0 = g % DQ_ROWS * 64, slice = g / DQ_ROWS;
         if (DQ_LAST == DQ_N || slice < DQ_SLICES - 1)
-            add_dq_slice<DQ_N>(ds_s, k_s, dq_s, full, empty, t, r0, slice * DQ_N);
+            add_dq_slice<DQ_N>(ds_s, k_s, dq_s, full, empty, t, r0, slice * DQ_N, then_start);
         else
-            add_dq_slice<DQ_LAST>(ds_s, k_s, dq_s, full, empty, t, r0, slice * DQ_N);
+            add_dq_slice<DQ_LAST>(ds_s, k_s, dq_s, full, empty, t, r0, slice * DQ_N, then_start);
     }
 }
 
@@ -444,33 +450,32 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
 #endif
         pa_bwd_grads<true>(s, ds, lse_s + buf * BM, delta_s + buf * BM, mask, pa_seq_mod(p, seq, b, h), p.scale_log2,
                            p.scale, n0, m0, m0, pa_mask_tile_partial(mask, m0, BM, n0, BN));
-#if PA_TILE_ASYNC
+#if PA_MMA_WGMMA
+        // dS^T into its shared tile, dV; once both warpgroups' dS is written, dQ, then dK, which runs on while dQ is
+        // stored.
         pa_mma_a p_a[MT][BM / PA_MMA_K], ds_a[MT][BM / PA_MMA_K];  // unchanged until the products complete
         pa_tile_to_a(p_a, s);
         pa_tile_to_a(ds_a, ds);
+        if (p.dq_atomic) store_ds_transposed(ds_a, ds_s);
         pa_tile_pv_start<MT, OC, BM>(dv, p_a, pa_tile_operand<BM>(do_t, 0, c0));
-        pa_tile_pv_start<MT, OC, BM>(dk, ds_a, pa_tile_operand<BM>(q_t, 0, c0));
+        const auto start_dk = [&] { pa_tile_pv_start<MT, OC, BM>(dk, ds_a, pa_tile_operand<BM>(q_t, 0, c0)); };
+        if (p.dq_atomic) {
+            pa_wgmma_smem_fence();
+            sync_computing();
+            add_dq(ds_s, k_s, dq_s, dq_full, dq_empty, t, c0, start_dk);
+        } else {
+            start_dk();
+        }
+        pa_tile_wait_all(dk);
+        pa_tile_wait_all(dv);
 #else
         pa_tile_pv<MT, OC, BM, SM>(dv, s, do_t + c0);
         pa_tile_pv<MT, OC, BM, SM>(dk, ds, q_t + c0);
-#endif
         if (p.dq_atomic) {
-#if PA_MMA_WGMMA
-            store_ds_transposed(ds_a, ds_s);
-            pa_wgmma_smem_fence();
-#else
             store_ds_transposed(ds, ds_s);
-#endif
             sync_computing();
-#if PA_MMA_WGMMA
-            add_dq(ds_s, k_s, dq_s, dq_full, dq_empty, t, c0);
-#else
             add_dq(ds_s, k_s, p.dq_accum + pa_bwd_row0(p, seq, b, h) * D, m0, seq.seqlen_q, c0);
-#endif
         }
-#if PA_TILE_ASYNC
-        pa_tile_wait_all(dk);
-        pa_tile_wait_all(dv);
 #endif
 #if PA_MMA_WGMMA
         if (pa_lane_id() == 0) pa_mbar_arrive(q_empty + buf);  // this warp is done with the buffer's Q and dO
