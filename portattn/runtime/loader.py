@@ -117,11 +117,8 @@ class Launch:
     def fill(self, fields: dict[str, Any]) -> ThreadParams:
         """This thread's struct with the per-call ``fields`` set on the template's other fields (and its tensor maps
         pointed at their tensors); the launches of one call signature that share the template can all be sent it."""
-        params = getattr(self._per_thread, "params", None)
-        if params is None:
-            params = self._per_thread.params = self._thread_params()
-        else:
-            ctypes.memmove(*params.reset)
+        params = self._mine()
+        ctypes.memmove(*params.reset)
         struct = params.struct
         for name, value in fields.items():
             setattr(struct, name, value)
@@ -133,15 +130,21 @@ class Launch:
         """This thread's struct set to a copy of the struct at ``template_address`` (of this launch's type; launches
         without tensor maps), for a caller that sets its per-call fields on ``ThreadParams.struct`` itself: a family
         that keeps a template per call signature, whose per-call fields are few."""
-        params = getattr(self._per_thread, "params", None)
-        if params is None:
-            params = self._per_thread.params = self._thread_params()
+        params = self._mine()
         ctypes.memmove(params.address, template_address, params.size)
         return params
 
     def send(self, params: ThreadParams, stream_handle: int) -> None:
-        """Launch with ``params`` (from ``fill`` of this launch or of one sharing its template) on the stream."""
+        """Launch with ``params`` (from ``fill`` or ``params_from`` of this launch or of one sharing its template) on
+        the stream."""
         self._go(params.args_address, stream_handle)
+
+    def _mine(self) -> ThreadParams:
+        """The calling thread's struct and argument array, made on its first call."""
+        params = getattr(self._per_thread, "params", None)
+        if params is None:
+            params = self._per_thread.params = self._thread_params()
+        return params
 
     def _thread_params(self) -> ThreadParams:
         """A copy of the template for the calling thread; with tensor maps at an address aligned for them."""
