@@ -222,10 +222,15 @@ LengthRows = dict[tuple[str, int], tuple[tuple[Lengths, TileConfig], ...]]
 # d = 96, calls from 2048 rows and keys per row: 160-key tiles (the shared rows' padding to 128 columns leaves room for
 # them next to two Q buffers; no spills) ran 1.01-1.05x the 128-key ones (both with two Q buffers) from 4096 queries
 # on, causal and not, and 1.01-1.02x without a mask at 2048; 0.92-0.96x at 1024, 0.96-0.97x causal at 2048 (H200,
-# bf16 and fp16, one process, alternating over three rounds; 144-key tiles 0.97-1.01x the 160-key ones). At d = 128 no
-# key tile wider than 128 (144-192 keys, with one Q buffer from 176 on) gained: 0.96-1.04x at 16384 queries,
-# 0.81-1.00x below; nor at d = 64 on the 128-row tile (160 keys: 0.84-0.97x causal from 256 to 2048 queries,
-# 0.82-0.84x at 256 without a mask); nor a third Q buffer at d = 96 or 128 (0.94-1.02x from 128 to 2048 rows).
+# bf16 and fp16, one process, alternating over three rounds; 144-key tiles 0.97-1.01x the 160-key ones).
+# d = 128, calls from 4096 rows and keys per row (causal: from 8192 rows): 160-key tiles next to two Q buffers (225 KiB
+# of shared memory, no spills) against the 128-key ones, without a mask 1.04-1.07x at 16384 queries, 0.99-1.05x at
+# 8192 (0.98-1.02x with 64 heads), 0.98-1.02x at 4096 (mean 1.007); causal 1.01-1.04x at 16384, 0.99-1.02x at 8192
+# (mean 1.012), 0.99-1.01x at 4096; at 1024 and 2048 queries mostly 0.83-1.00x, where the last key tile, mostly
+# padding, weighs more (H200, bf16 and fp16, 16 heads, 32k tokens, alternating over three rounds in one process, four
+# processes on two machine starts). Wider key tiles do not fit next to two Q buffers.
+# d = 64 on the 128-row tile: 160-key tiles lost (0.84-0.97x causal from 256 to 2048 queries, 0.82-0.84x at 256
+# without a mask). A third Q buffer at d = 96 or 128 gained nothing (0.94-1.02x from 128 to 2048 rows).
 # d = 256, short calls (up to 256 rows, or 512 causal ones): 32-key tiles in three stages next to a second Q buffer
 # (the next job's Q copied during the current one, the output leaving through it): 1.14-1.25x the 80-key row at 256
 # rows (causal N = 512, not causal N = 256; H100, bf16 and fp16, two rounds in alternating processes on each of two
@@ -242,6 +247,7 @@ WS_TILES_BY_LENGTH: dict[str, LengthRows] = {
              (Lengths(4096, causal=False), _WS_64_192),
              (Lengths(2048, causal=True), _WS_64_192)),
         96: ((Lengths(2048), T(block_m=128, block_n=160, threads=384, warpgroup_mma=True, stages=2, q_stages=2)),),
+        128: ((Lengths(4096), T(block_m=128, block_n=160, threads=384, warpgroup_mma=True, stages=2, q_stages=2)),),
         256: ((Lengths(1, 256), T(block_m=128, block_n=32, threads=384, warpgroup_mma=True, stages=3, q_stages=2)),
               (Lengths(257, 512, causal=True), T(block_m=128, block_n=64, threads=384, warpgroup_mma=True, stages=2))),
     }),

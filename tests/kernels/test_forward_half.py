@@ -114,9 +114,9 @@ def length_cases():
 @pytest.mark.parametrize("d,causal,rows,tile", length_cases())
 def test_length_rows_with_several_query_blocks_per_multiprocessor(gen, on_half_target, dtype, d, causal, rows, tile):
     # Each length row (Hopper: d = 64 short calls with four K/V stages and three Q buffers, 192-row blocks of three
-    # computing warpgroups with two Q buffers or one; d = 96 160-key tiles; d = 256 32-key tiles, causal calls 64-key
-    # tiles): partial last query and key blocks, Nq != Nk, grouped heads, and more query blocks than SMs. The call's
-    # length is its query rows (its 2 * rows + 1 keys, half of them under a causal mask, are more).
+    # computing warpgroups with two Q buffers or one; d = 96 and 128 160-key tiles; d = 256 32-key tiles, causal calls
+    # 64-key tiles): partial last query and key blocks, Nq != Nk, grouped heads, and more query blocks than SMs. The
+    # call's length is its query rows (its 2 * rows + 1 keys, half of them under a causal mask, are more).
     batch, heads = (2, 96) if rows <= 512 else (1, 16)
     q = rand(gen, dtype, batch, heads, rows, d)
     k, v = (rand(gen, dtype, batch, heads // 4, 2 * rows + 1, d) for _ in range(2))

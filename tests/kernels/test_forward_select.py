@@ -189,9 +189,9 @@ def test_lengths_take_their_band():
 def test_length_rows_take_their_calls():
     """Hopper d = 64: calls of up to 128 (query rows, and keys a row sees) take four K/V stages and three Q buffers;
     without a mask 257-4095 the three-warpgroup row with two Q buffers, from 4096 (causal from 2048) with one; d = 96:
-    160-key tiles from 2048, with or without a mask; d = 256: 32-key tiles with two Q buffers up to 256, causal calls
-    64-key tiles from 257 to 512. Other head dims, other lengths, forced and extended-mask kernels and other targets
-    ignore the length."""
+    160-key tiles from 2048, with or without a mask; d = 128: 160-key tiles from 4096; d = 256: 32-key tiles with two
+    Q buffers up to 256, causal calls 64-key tiles from 257 to 512. Other head dims, other lengths, forced and
+    extended-mask kernels and other targets ignore the length."""
     hopper, ampere = Target.for_arch("sm_90"), Target.for_arch("sm_80")
     shipped = shipped_variants(hopper)
     for dtype in ("float16", "bfloat16"):
@@ -242,8 +242,15 @@ def test_length_rows_take_their_calls():
         assert select(hopper, dtype, 256, "mma", seqlen=1) == select(hopper, dtype, 256, "mma")
         assert select(hopper, dtype, 256, mask_ext=True, seqlen=1) == select(hopper, dtype, 256, mask_ext=True)
         assert select(ampere, dtype, 256, seqlen=1) == select(ampere, dtype, 256)
-        for n in (1, 128, 2048, 1 << 20):
-            assert select(hopper, dtype, 128, seqlen=n) == select(hopper, dtype, 128)
+        short128, long128 = select(hopper, dtype, 128), select(hopper, dtype, 128, seqlen=4096)
+        assert (short128.tile.block_n, long128.tile.block_n) == (128, 160)
+        assert long128.stores_o_bulk and long128.smem_bytes <= hopper.smem_per_block and long128 in shipped
+        for causal in (False, True):
+            assert select(hopper, dtype, 128, seqlen=1 << 20, causal=causal) == long128
+            for n in (1, 128, 4095):
+                assert select(hopper, dtype, 128, seqlen=n, causal=causal) == short128
+        assert select(hopper, dtype, 128, mask_ext=True, seqlen=4096) == select(hopper, dtype, 128, mask_ext=True)
+        assert select(ampere, dtype, 128, seqlen=4096) == select(ampere, dtype, 128)
     assert select(hopper, "float32", 64, seqlen=4096) == select(hopper, "float32", 64)
     assert select(hopper, "float32", 128, seqlen=1) == select(hopper, "float32", 128)
     # every band's row is a shipped variant that fits
