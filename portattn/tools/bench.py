@@ -1,6 +1,7 @@
 """Benchmark: portattn against PyTorch SDPA's default and its named backends, in one process, on the same inputs.
 
-Each measurement is the median over ``reps`` launches timed with CUDA events after ``warmup`` launches.
+Each measurement is the median over ``reps`` launches timed with CUDA events after ``warmup`` launches, each run of
+timed launches preceded by about SETTLE_MS of the same call untimed (``settle``).
 Forward TFLOP/s = 4·B·H·Nq·Nk·d / time, halved for causal; the backward counts 2.5 times the forward's FLOPs
 (flash-attn's convention).
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import statistics
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -49,10 +51,34 @@ class BenchRow:
         return self.portattn_tflops / other if other else None
 
 
-def samples_ms(fn: Callable[[], object], reps: int, warmup: int) -> list[float]:
-    """Milliseconds of each of ``reps`` runs of ``fn`` (after ``warmup`` untimed ones), CUDA events around each."""
+# A GPU at its power limit clocks down under a long matrix load and up again after a lighter one (an H200 at 700 W:
+# 1.55-1.70 GHz against 1.98 GHz), so a call timed right after a lighter one (another backend's, a reference's) reads
+# up to 12 % faster than under its own load (bf16, d = 128, 8192 queries: 704 against 611-636 TFLOP/s, both timed
+# in one process). Each run of timed launches therefore starts once the call's own load has held the clocks for about
+# this long.
+SETTLE_MS = 100.0
+SETTLE_MAX_CALLS = 1000  # calls short enough to wait on the host need no more to settle
+
+
+def settle(fn: Callable[[], object], ms: float = SETTLE_MS) -> None:
+    """Run ``fn`` untimed for about ``ms`` milliseconds of its GPU time (at most SETTLE_MAX_CALLS calls), so that
+    the clocks under which it is timed next are those its own load holds, not those the work before it left."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    for _ in range(min(SETTLE_MAX_CALLS, math.ceil(ms / max(start.elapsed_time(end), 1e-3))) - 1):
+        fn()
+
+
+def samples_ms(fn: Callable[[], object], reps: int, warmup: int, settle_ms: float = SETTLE_MS) -> list[float]:
+    """Milliseconds of each of ``reps`` runs of ``fn`` (after ``warmup`` untimed ones and about ``settle_ms`` of
+    ``settle``), CUDA events around each."""
     for _ in range(warmup):
         fn()
+    if settle_ms > 0:
+        settle(fn, settle_ms)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     for start, end in events:
         start.record()
@@ -69,8 +95,9 @@ def time_ms(fn: Callable[[], object], reps: int, warmup: int) -> float:
 
 def interleaved_ms(fns: dict[str, Callable[[], object]], reps: int, warmup: int, rounds: int = 3) -> dict[str, float]:
     """Median milliseconds of each of ``fns`` over ``reps`` runs, taken in ``rounds`` rounds that run the calls in
-    turn (``reps / rounds`` runs each, after ``warmup`` untimed runs of each): a drift of the GPU's clocks during the
-    measurement weighs on every call alike instead of on whichever ran during it."""
+    turn (``reps / rounds`` runs each, after ``warmup`` untimed runs of each, each round's runs after ``settle``): a
+    drift of the GPU's clocks during the measurement weighs on every call alike instead of on whichever ran during
+    it."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()

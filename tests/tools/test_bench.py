@@ -1,5 +1,5 @@
-"""The benchmarks' timing: input copies against the L2 cache, alternating and interleaved rounds (no GPU needed), and
-one small decode cell (GPU)."""
+"""The benchmarks' timing: input copies against the L2 cache, alternating and interleaved rounds, the settling before
+each run of timed launches (no GPU needed), and one small decode cell (GPU)."""
 import types
 
 import pytest
@@ -49,6 +49,45 @@ def test_interleaved_rounds_take_the_median_of_every_round(monkeypatch):
     assert warmed[:4] == ["a", "a", "b", "b"]  # each call warmed up before any timing
     assert calls == [("a", 2, 0), ("b", 2, 0)] * 3  # in turn, round by round, ceil(5 / 3) runs each
     assert ms == {"a": 3.5, "b": 7.0}  # the median of all six runs of each
+
+
+class _FakeEvent:
+    """A CUDA event whose elapsed time to any other is ``ms``."""
+
+    ms = 0.0
+
+    def __init__(self, enable_timing=False):
+        pass
+
+    def record(self):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return self.ms
+
+
+@pytest.mark.parametrize("call_ms,calls", [(10.0, 10), (30.0, 4), (250.0, 1), (1e-3, bench.SETTLE_MAX_CALLS)])
+def test_settle_runs_the_call_for_about_its_time(monkeypatch, call_ms, calls):
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(_FakeEvent, "ms", call_ms)
+    ran = []
+    bench.settle(lambda: ran.append(1), ms=100.0)
+    assert len(ran) == calls  # the timed first call included
+
+
+def test_each_run_of_timed_launches_settles_first(monkeypatch):
+    settled = []
+    monkeypatch.setattr(bench, "settle", lambda fn, ms: settled.append((fn(), ms)))
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(_FakeEvent, "ms", 2.0)
+    assert bench.samples_ms(lambda: "a", reps=3, warmup=1) == [2.0] * 3
+    assert settled == [("a", bench.SETTLE_MS)]
+    bench.samples_ms(lambda: "b", reps=3, warmup=1, settle_ms=0)
+    assert settled == [("a", bench.SETTLE_MS)]  # settle_ms=0: none
 
 
 @pytest.mark.gpu
