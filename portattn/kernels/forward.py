@@ -225,7 +225,7 @@ LengthRows = dict[tuple[str, int], tuple[tuple[Lengths, TileConfig], ...]]
 # bf16 and fp16, one process, alternating over three rounds; 144-key tiles 0.97-1.01x the 160-key ones).
 # d = 128, calls from 4096 rows and keys per row (causal: from 8192 rows): 160-key tiles next to two Q buffers (225 KiB
 # of shared memory, no spills) against the 128-key ones, without a mask 1.04-1.07x at 16384 queries, 0.99-1.05x at
-# 8192 (0.98-1.02x with 64 heads), 0.98-1.02x at 4096 (mean 1.007); causal 1.01-1.04x at 16384, 0.99-1.02x at 8192
+# 8192 (0.97-1.02x with 64 heads), 0.98-1.02x at 4096 (mean 1.007); causal 1.01-1.04x at 16384, 0.99-1.02x at 8192
 # (mean 1.012), 0.99-1.01x at 4096; at 1024 and 2048 queries mostly 0.83-1.00x, where the last key tile, mostly
 # padding, weighs more (H200, bf16 and fp16, 16 heads, 32k tokens, alternating over three rounds in one process, four
 # processes on two machine starts). Wider key tiles do not fit next to two Q buffers.

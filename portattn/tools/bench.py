@@ -93,11 +93,12 @@ def time_ms(fn: Callable[[], object], reps: int, warmup: int) -> float:
     return statistics.median(samples_ms(fn, reps, warmup))
 
 
-def interleaved_ms(fns: dict[str, Callable[[], object]], reps: int, warmup: int, rounds: int = 3) -> dict[str, float]:
+def interleaved_ms(fns: dict[str, Callable[[], object]], reps: int, warmup: int, rounds: int = 3,
+                   settle_ms: float = SETTLE_MS) -> dict[str, float]:
     """Median milliseconds of each of ``fns`` over ``reps`` runs, taken in ``rounds`` rounds that run the calls in
-    turn (``reps / rounds`` runs each, after ``warmup`` untimed runs of each, each round's runs after ``settle``): a
-    drift of the GPU's clocks during the measurement weighs on every call alike instead of on whichever ran during
-    it."""
+    turn (``reps / rounds`` runs each, after ``warmup`` untimed runs of each, each round's runs after ``settle_ms`` of
+    ``settle``): a drift of the GPU's clocks during the measurement weighs on every call alike instead of on whichever
+    ran during it."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -105,7 +106,7 @@ def interleaved_ms(fns: dict[str, Callable[[], object]], reps: int, warmup: int,
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            samples[name] += samples_ms(fn, per_round, 0)
+            samples[name] += samples_ms(fn, per_round, 0, settle_ms)
     return {name: statistics.median(ms) for name, ms in samples.items()}
 
 

@@ -37,9 +37,10 @@ def test_alternating_rounds_take_each_calls_best_round_after_a_warm_up(monkeypat
 def test_interleaved_rounds_take_the_median_of_every_round(monkeypatch):
     calls, rounds = [], {"a": [[5.0, 1.0], [9.0, 2.0], [3.0, 4.0]], "b": [[7.0, 7.0], [1.0, 2.0], [8.0, 8.0]]}
 
-    def fake_samples_ms(fn, reps, warmup):
+    def fake_samples_ms(fn, reps, warmup, settle_ms):
         name = fn()
         calls.append((name, reps, warmup))
+        assert settle_ms == bench.SETTLE_MS
         return rounds[name][sum(1 for n, _, _ in calls if n == name) - 1]
 
     warmed = []
