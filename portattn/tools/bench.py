@@ -63,12 +63,8 @@ SETTLE_MAX_CALLS = 1000  # calls short enough to wait on the host need no more t
 def settle(fn: Callable[[], object], ms: float = SETTLE_MS) -> None:
     """Run ``fn`` untimed for about ``ms`` milliseconds of its GPU time (at most SETTLE_MAX_CALLS calls), so that
     the clocks under which it is timed next are those its own load holds, not those the work before it left."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    for _ in range(min(SETTLE_MAX_CALLS, math.ceil(ms / max(start.elapsed_time(end), 1e-3))) - 1):
+    first_ms = samples_ms(fn, 1, 0, settle_ms=0)[0]
+    for _ in range(min(SETTLE_MAX_CALLS, math.ceil(ms / max(first_ms, 1e-3))) - 1):
         fn()
 
 
