@@ -24,12 +24,16 @@
 // pa_tile_base gives the first tile in dynamic shared memory; pa_tile_store_row writes one output row
 // (pa_tile_store_rows_smem, warpgroup MMA: a warp's rows into a shared tile).
 // PaTileLoader<ROWS, STREAMED> copies ROWS x PA_HEAD_DIM tiles from global memory into that layout.
+// PA_QK_UNROLL_ALL = 1 (from the host's tile) unrolls pa_tile_qk's loop over the whole head dim.
 #pragma once
 
 #include "pa_mma.cuh"
 
 #if !defined(PA_HEAD_DIM) || !defined(PA_THREADS)
 #error "PA_HEAD_DIM and PA_THREADS must be defined by the host"
+#endif
+#ifndef PA_QK_UNROLL_ALL
+#define PA_QK_UNROLL_ALL 0
 #endif
 #ifndef PA_KEY_WAVES
 #define PA_KEY_WAVES 1  // waves that share the same query rows and split each key tile between them (decode)
@@ -252,7 +256,7 @@ template <int ROWS>
 PA_DEVICE void pa_tile_load_b_kn(pa_mma_b& b, const pa_elem* tile, int r0, int c0) {
     pa_mma_load_b_kn(b, tile + pa_tile_offset<ROWS>(r0, c0), PA_TILE_LD);
 }
-#endif            // PA_TILE_SWIZZLED
+#endif  // PA_TILE_SWIZZLED
 template <int MT>
 PA_DEVICE int pa_wave_row(int mt) {
     return (pa_wave_id() / PA_KEY_WAVES * MT + mt) * PA_MMA_M;
@@ -261,7 +265,13 @@ PA_DEVICE int pa_wave_row(int mt) {
 template <int MT, int SN, int BM, int BN>
 PA_DEVICE void pa_tile_qk(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s, int k_row0 = 0) {
     pa_mma_c_zero(s);
-#pragma unroll 2  // unrolling all of the head dim lets the fragment loads run ahead and spill
+// Two head-dim steps at a time: unrolling all of them lets the fragment loads run ahead and spill in most kernels;
+// tiles that fit them ask for it (PA_QK_UNROLL_ALL).
+#if PA_QK_UNROLL_ALL
+#pragma unroll
+#else
+#pragma unroll 2
+#endif
     for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += PA_MMA_K) {
         pa_mma_a a[MT];
 #pragma unroll

@@ -68,12 +68,19 @@ _NV_DKDV = rows(HALF, {
 # the shared memory next to the whole K and V; dQ is then computed transposed (the unit's rows are 64). float32
 # d = 96 / 128: 16-query tiles hold the whole head dim's dK and dV without a column split, so S and dP are computed
 # once: 1.3x (d = 96) and 1.5-1.6x (d = 128) the split tile's speed (d = 64 stays: 16-query tiles ran 0.88x there).
+# float32 unrolls Sᵀ's and dPᵀ's loops over the whole head dim (no spills): 1.07-1.08x at d = 32, 1.04-1.05x at
+# d = 64, 1.08-1.09x at d = 96, 1.08-1.10x at d = 128 (H200).
 _SM90_DKDV = _NV_DKDV | rows(HALF, {
     64: T(block_m=128, block_n=128, threads=256, stages=2, warpgroup_mma=True),
     96: T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
     128: T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
     256: T(block_m=32, block_n=128, threads=256, split=2, stages=2, warpgroup_mma=True),
-}) | rows(F32, {d: T(block_m=16, block_n=64, threads=128, stages=2) for d in (96, 128)})
+}) | rows(F32, {
+    32: T(block_m=32, block_n=64, threads=128, stages=2, qk_unroll_all=True),
+    64: T(block_m=32, block_n=64, threads=128, stages=2, qk_unroll_all=True),
+    96: T(block_m=16, block_n=64, threads=128, stages=2, qk_unroll_all=True),
+    128: T(block_m=16, block_n=64, threads=128, stages=2, qk_unroll_all=True),
+})
 # dQ kernel (block_m queries per block, block_n keys per streamed tile), matrix units.
 _NV_DQ = rows(HALF, {
     32: T(block_m=64, block_n=64, threads=128),

@@ -49,6 +49,7 @@ class TileConfig:
     q_stages: int = 1  # Hopper warp-specialized forward: Q buffers (PA_Q_STAGES; 2 copies the next job's Q early)
     key_waves: int = 1  # decode: waves sharing the same query rows, each taking a slice of every key tile
     swizzled: bool = False  # decode, 16-bit mma.sync: shared tiles in the 128-byte swizzled layout (PA_TILE_SWIZZLED)
+    qk_unroll_all: bool = False  # mma.sync Q·Kᵀ tiles: unroll over the whole head dim, not two steps (PA_QK_UNROLL_ALL)
 
     @property
     def options(self) -> list[str]:
@@ -57,7 +58,8 @@ class TileConfig:
                 + [f"split {self.split}"] * (self.split > 1)
                 + [f"{self.stages} stages"] * (self.stages > 1)
                 + [f"{self.q_stages} Q stages"] * (self.q_stages > 1)
-                + [f"{self.key_waves} key waves"] * (self.key_waves > 1))
+                + [f"{self.key_waves} key waves"] * (self.key_waves > 1)
+                + ["QK unrolled"] * self.qk_unroll_all)
 
 
 Rows = dict[tuple[str, int], TileConfig]
@@ -127,6 +129,8 @@ class KernelSpec:
             defines["PA_MASK_EXT"] = 1
         if not self.score_mods:
             defines["PA_SCORE_MOD"] = 0
+        if t.qk_unroll_all:
+            defines["PA_QK_UNROLL_ALL"] = 1
         return defines | self.family_defines() | dict(self.test_defines)
 
     @property
