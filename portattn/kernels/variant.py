@@ -49,7 +49,7 @@ class TileConfig:
     q_stages: int = 1  # Hopper warp-specialized forward: Q buffers (PA_Q_STAGES; 2 copies the next job's Q early)
     key_waves: int = 1  # decode: waves sharing the same query rows, each taking a slice of every key tile
     swizzled: bool = False  # decode, 16-bit mma.sync: shared tiles in the 128-byte swizzled layout (PA_TILE_SWIZZLED)
-    qk_unroll_all: bool = False  # mma.sync Q·Kᵀ tiles: unroll over the whole head dim, not two steps (PA_QK_UNROLL_ALL)
+    qk_unroll_all: bool = False  # synchronous Q·Kᵀ tile products: the whole head dim's loop unrolled (PA_QK_UNROLL_ALL)
 
     @property
     def options(self) -> list[str]:

@@ -184,6 +184,34 @@ def test_other_query_tiles_through_tweak_variant(gen, needs_backward, on_target,
     assert any(isinstance(s, backward.BwdSpec) and s.stage == "dkdv" and s.tile.block_m == 32 for s in chosen)
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_unrolled_score_loops_give_the_same_bits(gen, needs_backward, d):
+    """The float32 dK/dV kernel with the loops of Sᵀ and dPᵀ over the head dim unrolled whole (``qk_unroll_all``,
+    the sm_90 rows) and two steps at a time: the same gradients bit for bit (the products run in the same order),
+    and right. The operators are called in this thread, where tweak_variant applies."""
+    needs_backward(torch.float32, d)
+    q = rand(gen, torch.float32, 2, 4, 150, d)
+    k, v = (rand(gen, torch.float32, 2, 2, 201, d) for _ in range(2))
+    dout = rand(gen, torch.float32, 2, 4, 150, d)
+    masks = attention_ops.NO_MASKS
+    out, lse = torch.ops.portattn.attention(q, k, v, True, d ** -0.5, True, True, *masks)
+    grads, built = {}, set()
+    for unrolled in (False, True):
+        def tweak(spec, unrolled=unrolled):
+            if isinstance(spec, backward.BwdSpec) and spec.stage == "dkdv":
+                spec = replace(spec, tile=replace(spec.tile, qk_unroll_all=unrolled))
+                built.add(spec.defines.get("PA_QK_UNROLL_ALL", 0))
+            return spec
+        with tweak_variant(tweak):
+            grads[unrolled] = torch.ops.portattn.attention_backward(dout, q, k, v, out, lse, None, True, d ** -0.5,
+                                                                    True, *masks)
+    assert built == {0, 1}, "both builds reached the kernel"
+    assert all(torch.equal(a, b) for a, b in zip(grads[False], grads[True]))
+    refs = reference_gradients(q, k, v, dout, True)
+    largest = max(float(r.abs().max()) for r in refs)
+    assert all(max_rel(g, r, largest) <= TOL[torch.float32] for g, r in zip(grads[True], refs))
+
+
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 def test_deterministic_gradients_are_bitwise_repeatable(gen, needs_backward, dtype):
     needs_backward(dtype, 128)
