@@ -184,6 +184,21 @@ def test_other_query_tiles_through_tweak_variant(gen, needs_backward, on_target,
     assert any(isinstance(s, backward.BwdSpec) and s.stage == "dkdv" and s.tile.block_m == 32 for s in chosen)
 
 
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_nan_follows_reference(gen, needs_backward, dtype):
+    """A NaN in v reaches every output row of its head and so delta: dQ and dK are NaN where float64's are (all of
+    that head's), and dV, which does not read v, stays finite and right."""
+    needs_backward(dtype, 64)
+    q, k, v, dout = (rand(gen, dtype, 1, 2, 70, 64) for _ in range(4))
+    v[0, 1, 20, 7] = float("nan")
+    got = portattn_grads(q, k, v, dout)
+    refs = reference_gradients(q, k, v, dout)
+    for name, g, ref in zip(("dq", "dk", "dv"), got, refs):
+        assert torch.equal(torch.isnan(g), torch.isnan(ref)), name
+    assert bool(torch.isnan(refs[0][0, 1]).all()) and not bool(torch.isnan(refs[0][0, 0]).any())
+    assert max_rel(got[2], refs[2]) <= TOL[dtype]
+
+
 @pytest.mark.parametrize("d", [64, 128])
 def test_unrolled_score_loops_give_the_same_bits(gen, needs_backward, d):
     """The float32 dK/dV kernel with the loops of Sᵀ and dPᵀ over the head dim unrolled whole (``qk_unroll_all``,
