@@ -270,38 +270,54 @@ PA_DEVICE void sync_computing() { pa_named_sync(1, PA_THREADS); }
 PA_DEVICE void sync_computing() { __syncthreads(); }
 
 // dq_accum rows m0.. (columns c0..) += dS K: the BM x DC product split into units of PA_MMA_M rows and
-// PA_MMA_B_TILES column tiles, spread over the waves, each added with float32 atomics.
+// PA_MMA_B_TILES column tiles, spread over the waves, each added with float32 atomics. Where every wave has an even
+// number of units, it takes them two at a time, side by side (they share their dS fragments) or else one above the
+// other (they share their K fragments): half of one operand's loads, and two independent chains of products.
+constexpr int DQ_ROW_TILES = BM / PA_MMA_M;
+constexpr int DQ_COL_UNITS = OC / PA_MMA_B_TILES;
+constexpr bool DQ_PAIRS = DQ_ROW_TILES * DQ_COL_UNITS % (2 * WAVES) == 0;
+constexpr int DQ_UC = DQ_PAIRS && DQ_COL_UNITS % 2 == 0 ? 2 : 1;  // column units of a wave's group
+constexpr int DQ_UR = DQ_PAIRS && DQ_UC == 1 ? 2 : 1;             // row tiles of a wave's group
 PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq, int m0, int rows, int c0) {
-    constexpr int COL_UNITS = OC / PA_MMA_B_TILES;
-    constexpr int UNITS = (BM / PA_MMA_M) * COL_UNITS;
-    for (int u = pa_wave_id(); u < UNITS; u += WAVES) {
-        const int rt = u / COL_UNITS, ct = u % COL_UNITS;
-        pa_mma_c part[PA_MMA_B_TILES];
+    constexpr int GROUP_COLS = DQ_COL_UNITS / DQ_UC, GROUPS = DQ_ROW_TILES / DQ_UR * GROUP_COLS;
+    for (int g = pa_wave_id(); g < GROUPS; g += WAVES) {
+        const int rt0 = g / GROUP_COLS * DQ_UR, ct0 = g % GROUP_COLS * DQ_UC;
+        pa_mma_c part[DQ_UR * DQ_UC][PA_MMA_B_TILES];
         pa_mma_c_zero(part);
 #pragma unroll
         for (int k0 = 0; k0 < BN; k0 += PA_MMA_K) {
-            pa_mma_a a;
-            pa_mma_load_a_kn(a, ds_s + ds_offset(rt * PA_MMA_M, k0), LDS);
-            pa_mma_b b;
-            pa_mma_load_b_kn(b, k_s + pa_tile_offset<BN>(k0, c0 + ct * PA_MMA_B_TILES * PA_MMA_N), PA_TILE_LD);
+            pa_mma_a a[DQ_UR];
 #pragma unroll
-            for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(part[t], a, b, t);
+            for (int i = 0; i < DQ_UR; ++i) pa_mma_load_a_kn(a[i], ds_s + ds_offset((rt0 + i) * PA_MMA_M, k0), LDS);
+            pa_mma_b b[DQ_UC];
+#pragma unroll
+            for (int j = 0; j < DQ_UC; ++j)
+                pa_mma_load_b_kn(b[j], k_s + pa_tile_offset<BN>(k0, c0 + (ct0 + j) * PA_MMA_B_TILES * PA_MMA_N),
+                                 PA_TILE_LD);
+#pragma unroll
+            for (int i = 0; i < DQ_UR; ++i)
+#pragma unroll
+                for (int j = 0; j < DQ_UC; ++j)
+#pragma unroll
+                    for (int t = 0; t < PA_MMA_B_TILES; ++t) pa_mma(part[i * DQ_UC + j][t], a[i], b[j], t);
         }
 #pragma unroll
-        for (int t = 0; t < PA_MMA_B_TILES; ++t)
+        for (int u = 0; u < DQ_UR * DQ_UC; ++u)
 #pragma unroll
-            for (int rr = 0; rr < PA_MMA_C_ROWS; ++rr) {
-                const int row = m0 + rt * PA_MMA_M + pa_mma_c_row(rr);
-                if (row >= rows) continue;
-                float* dst = dq + (pa_i64)row * D + c0 + (ct * PA_MMA_B_TILES + t) * PA_MMA_N;
-                if constexpr (PA_MMA_C_COLS == 2) {  // two adjacent columns: one paired reduction
-                    pa_atomic_add2(dst + pa_mma_c_col(0), part[t][rr * 2], part[t][rr * 2 + 1]);
-                } else {
+            for (int t = 0; t < PA_MMA_B_TILES; ++t)
 #pragma unroll
-                    for (int cc = 0; cc < PA_MMA_C_COLS; ++cc)
-                        atomicAdd(dst + pa_mma_c_col(cc), part[t][rr * PA_MMA_C_COLS + cc]);
+                for (int rr = 0; rr < PA_MMA_C_ROWS; ++rr) {
+                    const int row = m0 + (rt0 + u / DQ_UC) * PA_MMA_M + pa_mma_c_row(rr);
+                    if (row >= rows) continue;
+                    float* dst = dq + (pa_i64)row * D + c0 + ((ct0 + u % DQ_UC) * PA_MMA_B_TILES + t) * PA_MMA_N;
+                    if constexpr (PA_MMA_C_COLS == 2) {  // two adjacent columns: one paired reduction
+                        pa_atomic_add2(dst + pa_mma_c_col(0), part[u][t][rr * 2], part[u][t][rr * 2 + 1]);
+                    } else {
+#pragma unroll
+                        for (int cc = 0; cc < PA_MMA_C_COLS; ++cc)
+                            atomicAdd(dst + pa_mma_c_col(cc), part[u][t][rr * PA_MMA_C_COLS + cc]);
+                    }
                 }
-            }
     }
 }
 #endif
