@@ -23,9 +23,12 @@
 // each buffer completing on its transaction barrier and refilled once every computing warp has released it; the
 // other three add dQ. The warpgroup gives its registers to the computing warpgroups (setmaxnreg).
 //
+// float32 on NVIDIA's mma.sync with PA_KV_SPLIT: K and V are split once per block into their TF32 parts (in place)
+// and rests (two more tiles), which Sᵀ, dPᵀ and dQ load as they are instead of splitting them for every query tile.
+//
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS (the computing threads),
 // PA_BLOCK_THREADS (all of the block's), PA_SPLIT, PA_STAGES, PA_MIN_BLOCKS, PA_SMEM_BYTES, PA_BF16, PA_F32,
-// PA_MMA_WGMMA.
+// PA_MMA_WGMMA, PA_KV_SPLIT.
 #include "pa_bwd.cuh"
 #if PA_MMA_WGMMA
 #include "pa_prelude_tma.cuh"
@@ -35,6 +38,12 @@
     !defined(PA_MIN_BLOCKS) || !defined(PA_SMEM_BYTES) || !defined(PA_BLOCK_THREADS)
 #error "PA_BLOCK_M, PA_BLOCK_N, PA_SPLIT, PA_STAGES, PA_MIN_BLOCKS, PA_SMEM_BYTES and PA_BLOCK_THREADS must be defined"
 #endif
+#ifndef PA_KV_SPLIT
+#define PA_KV_SPLIT 0
+#endif
+#if PA_KV_SPLIT && (!PA_MMA_TF32 || PA_MMA_WGMMA)
+#error "PA_KV_SPLIT is for float32 on NVIDIA's mma.sync"
+#endif
 
 namespace {
 
@@ -42,12 +51,13 @@ constexpr int D = PA_HEAD_DIM;
 constexpr int BM = PA_BLOCK_M;  // query rows per tile
 constexpr int BN = PA_BLOCK_N;  // keys per block
 constexpr int WAVES = PA_THREADS / PA_WARP_SIZE;
-constexpr int MT = BN / (WAVES * PA_MMA_M);  // key row tiles per wave
-constexpr int SM = BM / PA_MMA_N;            // score column tiles (queries)
-constexpr int DC = D / PA_SPLIT;             // head-dim columns of this block's dK, dV and dQ
-constexpr int OC = DC / PA_MMA_N;            // their column tiles
-constexpr int QT = pa_tile_elems<BM>();      // elements of one Q or dO buffer
-constexpr int STAGES = PA_STAGES;            // buffers of the streamed query tiles
+constexpr int MT = BN / (WAVES * PA_MMA_M);                         // key row tiles per wave
+constexpr int SM = BM / PA_MMA_N;                                   // score column tiles (queries)
+constexpr int DC = D / PA_SPLIT;                                    // head-dim columns of this block's dK, dV and dQ
+constexpr int OC = DC / PA_MMA_N;                                   // their column tiles
+constexpr int QT = pa_tile_elems<BM>();                             // elements of one Q or dO buffer
+constexpr int STAGES = PA_STAGES;                                   // buffers of the streamed query tiles
+constexpr int KV_REST = PA_KV_SPLIT ? 2 * pa_tile_elems<BN>() : 0;  // from K's and V's TF32 parts to their rests
 static_assert(STAGES == 1 || STAGES == 2, "PA_STAGES must be 1 or 2");
 
 static_assert(PA_THREADS % PA_WARP_SIZE == 0 && MT >= 1 && BN == WAVES * PA_MMA_M * MT, "bad PA_BLOCK_N / PA_THREADS");
@@ -89,10 +99,10 @@ PA_DEVICE int ds_offset(int query, int key) { return query * LDS + key; }
 #endif
 static_assert(PA_BLOCK_THREADS == BLOCK_THREADS,
               "the host's block size (PA_BLOCK_THREADS) does not match this kernel's");
-// K and V, the buffers of Q and dO, the dS tile, the buffers of LSE and delta (warpgroup MMA: the dQ tile and its
-// barriers).
-constexpr int SMEM = (int)sizeof(pa_elem) * (2 * pa_tile_elems<BN>() + 2 * STAGES * QT + DS_ELEMS) + 8 * STAGES * BM +
-                     DQ_BYTES + ALIGN_SLACK;
+// K and V (and their rests), the buffers of Q and dO, the dS tile, the buffers of LSE and delta (warpgroup MMA: the
+// dQ tile and its barriers).
+constexpr int SMEM = (int)sizeof(pa_elem) * (2 * pa_tile_elems<BN>() + KV_REST + 2 * STAGES * QT + DS_ELEMS) +
+                     8 * STAGES * BM + DQ_BYTES + ALIGN_SLACK;
 static_assert(PA_SMEM_BYTES == SMEM,
               "the host's shared-memory size (PA_SMEM_BYTES) does not match this kernel's tiles");
 
@@ -293,8 +303,7 @@ PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq, int m0
             pa_mma_b b[DQ_UC];
 #pragma unroll
             for (int j = 0; j < DQ_UC; ++j)
-                pa_mma_load_b_kn(b[j], k_s + pa_tile_offset<BN>(k0, c0 + (ct0 + j) * PA_MMA_B_TILES * PA_MMA_N),
-                                 PA_TILE_LD);
+                pa_tile_load_b_kn<BN, KV_REST>(b[j], k_s, k0, c0 + (ct0 + j) * PA_MMA_B_TILES * PA_MMA_N);
 #pragma unroll
             for (int i = 0; i < DQ_UR; ++i)
 #pragma unroll
@@ -330,7 +339,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
     extern __shared__ float4 pa_smem4[];
     pa_elem* k_s = pa_tile_base(pa_smem4);
     pa_elem* v_s = k_s + pa_tile_elems<BN>();
-    pa_elem* q_s = v_s + pa_tile_elems<BN>();  // STAGES buffers each of Q and dO
+    pa_elem* q_s = v_s + pa_tile_elems<BN>() + KV_REST;  // STAGES buffers each of Q and dO
     pa_elem* do_s = q_s + STAGES * QT;
     pa_elem* ds_s = do_s + STAGES * QT;
     float* lse_s = reinterpret_cast<float*>(ds_s + DS_ELEMS);  // STAGES buffers each of LSE (log2 units) and delta
@@ -436,6 +445,17 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
     if (tiles > 0) start_tile(0);
     pa_async_commit();
 
+#if PA_KV_SPLIT
+    pa_async_wait<0>();
+    sync_computing();  // K and V have landed
+    constexpr int ROW_CHUNKS = D / 4;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < 2 * BN * ROW_CHUNKS; i += PA_THREADS) {
+        float* x = (i < BN * ROW_CHUNKS ? k_s : v_s) + pa_tile_offset<BN>(i / ROW_CHUNKS % BN, i % ROW_CHUNKS * 4);
+        pa_tile_split4(x, x + KV_REST);
+    }  // the loop's first barrier orders the split before the products
+#endif
+
     pa_mma_c dk[MT][OC], dv[MT][OC];
     pa_mma_c_zero(dk);
     pa_mma_c_zero(dv);
@@ -461,8 +481,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
         pa_tile_wait_scores<1>(s);
         pa_tile_wait_scores<0>(ds);
 #else
-        pa_tile_qk<MT, SM, BN, BM>(s, k_s, q_t);
-        pa_tile_qk<MT, SM, BN, BM>(ds, v_s, do_t);
+        pa_tile_qk<MT, SM, BN, BM, KV_REST>(s, k_s, q_t);
+        pa_tile_qk<MT, SM, BN, BM, KV_REST>(ds, v_s, do_t);
 #endif
         pa_bwd_grads<true>(s, ds, lse_s + buf * BM, delta_s + buf * BM, mask, pa_seq_mod(p, seq, b, h), p.scale_log2,
                            p.scale, n0, m0, m0, pa_mask_tile_partial(mask, m0, BM, n0, BN));

@@ -12,6 +12,7 @@
 // For P·V the key order inside a k8 step is permuted: k = t holds key 2t and k = t + 4 key 2t + 1, so that the
 // score C fragment is the A fragment as it stands; the V fragments are loaded with the same permutation.
 #define PA_MMA_K 8
+#define PA_MMA_TF32 1           // the split below; fragments can also be loaded from split tiles (*_parts)
 #define PA_MMA_ACC_TRUNCATES 1  // sum P·V tiles outside the unit: its float accumulation truncates
 struct pa_mma_a {
     unsigned big[4], small[4];
@@ -44,11 +45,20 @@ PA_DEVICE int pa_mma_pv_key_slot(int k) {
 
 // ldmatrix moves 16-bit pairs, i.e. whole floats: an 8x8 b16 matrix is 8 rows of 4 floats, lane l getting float
 // l % 4 of row l / 4.
-PA_DEVICE void pa_mma_load_a(pa_mma_a& a, const float* tile, int ld) {
+PA_DEVICE const float* pa_mma_lane_a(const float* tile, int ld) {
     const int lane = pa_lane_id();
+    return tile + (lane % 16) * ld + (lane / 16) * 4;
+}
+PA_DEVICE void pa_mma_load_a(pa_mma_a& a, const float* tile, int ld) {
     unsigned raw[4];
-    pa_ldmatrix_x4(raw, tile + (lane % 16) * ld + (lane / 16) * 4);
+    pa_ldmatrix_x4(raw, pa_mma_lane_a(tile, ld));
     pa_mma_split4(a, raw);
+}
+// The same fragments from a split tile: its TF32 parts at tile, their rests `rest` floats further (pa_tile_split4).
+PA_DEVICE void pa_mma_load_a_parts(pa_mma_a& a, const float* tile, int rest, int ld) {
+    const float* at = pa_mma_lane_a(tile, ld);
+    pa_ldmatrix_x4(a.big, at);
+    pa_ldmatrix_x4(a.small, at + rest);
 }
 // With the P·V key order (above): k = t holds column 2t of the tile, k = t + 4 column 2t + 1.
 PA_DEVICE void pa_mma_load_a_kn(pa_mma_a& a, const float* tile, int ld) {
@@ -64,15 +74,24 @@ PA_DEVICE void pa_mma_load_b_nk(pa_mma_b& b, const float* tile, int ld) {
     pa_ldmatrix_x4(raw, tile + (lane % 8 + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 4);
     pa_mma_split4(b, raw);
 }
-PA_DEVICE void pa_mma_load_b_kn(pa_mma_b& b, const float* tile, int ld) {
+// Element i of this lane's B fragment from a [k][n] tile.
+PA_DEVICE int pa_mma_lane_b_kn(int i, int ld) {
     const int g = pa_lane_id() / 4, t = pa_lane_id() % 4;
+    return (2 * t + i % 2) * ld + 8 * (i / 2) + g;
+}
+PA_DEVICE void pa_mma_load_b_kn(pa_mma_b& b, const float* tile, int ld) {
     unsigned raw[4];
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-        raw[2 * n] = __float_as_uint(tile[(2 * t) * ld + 8 * n + g]);
-        raw[2 * n + 1] = __float_as_uint(tile[(2 * t + 1) * ld + 8 * n + g]);
-    }
+    for (int i = 0; i < 4; ++i) raw[i] = __float_as_uint(tile[pa_mma_lane_b_kn(i, ld)]);
     pa_mma_split4(b, raw);
+}
+PA_DEVICE void pa_mma_load_b_kn_parts(pa_mma_b& b, const float* tile, int rest, int ld) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float* at = tile + pa_mma_lane_b_kn(i, ld);
+        b.big[i] = __float_as_uint(at[0]);
+        b.small[i] = __float_as_uint(at[rest]);
+    }
 }
 
 PA_DEVICE void pa_mma_tf32(pa_mma_c& c, const unsigned (&a)[4], unsigned b0, unsigned b1) {

@@ -13,9 +13,10 @@
 // A block's waves split its PA_BLOCK_M query rows into PA_MMA_M-row tiles, MT per wave; pa_wave_row<MT>(mt) is the
 // first block row of this wave's tile mt (warpgroup MMA: the four warps of a group share each 64-row tile). With
 // PA_KEY_WAVES > 1 (decode) that many consecutive waves share the same rows, each taking a slice of every key tile.
-//   pa_tile_qk<MT, SN, BM, BN>(s, q_s, k_s[, row0])
+//   pa_tile_qk<MT, SN, BM, BN[, Q_REST]>(s, q_s, k_s[, row0])
 //       s = Q K^T: this wave's rows of the BM-row tile q_s against SN * PA_MMA_N keys of the BN-row tile k_s, from
-//       its row row0 (SN score fragments per row tile)
+//       its row row0 (SN score fragments per row tile); Q_REST > 0: q_s is split (pa_tile_split4), its rests Q_REST
+//       elements further
 //   pa_tile_pv<MT, ON, BN, SN[, ROWS]>(acc, p, v_s[, row0])
 //       acc += P V: the probabilities p (score fragments of BN keys) against BN rows of the ROWS-row tile v_s, from
 //       its row row0 (ON = PA_HEAD_DIM / PA_MMA_N output fragments)
@@ -51,6 +52,21 @@ PA_DEVICE void pa_tile_to_a(pa_mma_a (&a)[MT][KT], const pa_mma_c (&p)[MT][SN]) 
 #pragma unroll
         for (int kk = 0; kk < KT; ++kk) pa_mma_a_from_c(a[mt][kk], p[mt], kk * PA_MMA_K);
 }
+
+#if PA_MMA_TF32
+// Split the four floats at x (16 bytes of shared memory) into their TF32 part, in place, and the rest, at small.
+PA_DEVICE void pa_tile_split4(float* x, float* small) {
+    const float4 v = pa_load4(x);
+    pa_mma_a parts;  // big and small, four each
+    pa_mma_split4(parts, {__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w)});
+    const unsigned (&b)[4] = parts.big;
+    const unsigned (&r)[4] = parts.small;
+    pa_store4(x,
+              make_float4(__uint_as_float(b[0]), __uint_as_float(b[1]), __uint_as_float(b[2]), __uint_as_float(b[3])));
+    pa_store4(small,
+              make_float4(__uint_as_float(r[0]), __uint_as_float(r[1]), __uint_as_float(r[2]), __uint_as_float(r[3])));
+}
+#endif  // PA_MMA_TF32
 
 #if PA_MMA_WGMMA || PA_TILE_SWIZZLED
 // The swizzled layout (warpgroup MMA tiles, and mma.sync tiles built with PA_TILE_SWIZZLED): rows are stored as blocks
@@ -118,20 +134,6 @@ PA_DEVICE int pa_wave_row(int mt) {
 // float32: q_s and k_s are split tiles, and each product is three TF32 products (small x big, big x small, big x
 // big). The unit's float accumulation truncates, so P·V overwrites acc with the tile's own sum, which the caller
 // adds to its output; v_s is the split transposed V (PA_HEAD_DIM rows of BN keys).
-#if PA_F32
-// Split the four floats at x (16 bytes of shared memory) into their TF32 part, in place, and the rest, at small.
-PA_DEVICE void pa_tile_split4(float* x, float* small) {
-    const float4 v = pa_load4(x);
-    pa_mma_a parts;  // big and small, four each
-    pa_mma_split4(parts, {__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w)});
-    const unsigned (&b)[4] = parts.big;
-    const unsigned (&r)[4] = parts.small;
-    pa_store4(x,
-              make_float4(__uint_as_float(b[0]), __uint_as_float(b[1]), __uint_as_float(b[2]), __uint_as_float(b[3])));
-    pa_store4(small,
-              make_float4(__uint_as_float(r[0]), __uint_as_float(r[1]), __uint_as_float(r[2]), __uint_as_float(r[3])));
-}
-#endif  // PA_F32
 // Q K^T of head-dim columns k0 .. k0 + PA_MMA_K - 1 for the group's 64 rows from `row` (the first step overwrites s).
 template <int BM, int BN>
 PA_DEVICE void pa_tile_qk_step(float* s, const pa_elem* q_s, const pa_elem* k_s, int row, int k0) {
@@ -222,17 +224,19 @@ PA_DEVICE const pa_elem* pa_tile_lane_elem(const pa_elem* tile, int r0, int c0, 
     const int lane_chunk = (e.c / PA_TILE_CHUNK) ^ (e.r % 8);
     return tile + (c0 / W) * ROWS * W + (r0 + e.r) * W + (((c0 % W) / PA_TILE_CHUNK) ^ lane_chunk) * PA_TILE_CHUNK;
 }
-// The fragments of the 16x16 tile at (r0, c0) of a ROWS-row tile.
-template <int ROWS>
+// The fragments of the 16x16 tile at (r0, c0) of a ROWS-row tile (REST: split tiles, below, are not swizzled).
+template <int ROWS, int REST = 0>
 PA_DEVICE void pa_tile_load_a(pa_mma_a& a, const pa_elem* tile, int r0, int c0) {
+    static_assert(REST == 0, "swizzled tiles are not split");
     pa_mma_load_a_at(a, pa_tile_lane_elem<ROWS>(tile, r0, c0, pa_mma_lane_a()));
 }
 template <int ROWS>
 PA_DEVICE void pa_tile_load_b_nk(pa_mma_b& b, const pa_elem* tile, int r0, int c0) {
     pa_mma_load_b_nk_at(b, pa_tile_lane_elem<ROWS>(tile, r0, c0, pa_mma_lane_b_nk()));
 }
-template <int ROWS>
+template <int ROWS, int REST = 0>
 PA_DEVICE void pa_tile_load_b_kn(pa_mma_b& b, const pa_elem* tile, int r0, int c0) {
+    static_assert(REST == 0, "swizzled tiles are not split");
     pa_mma_load_b_kn_at(b, pa_tile_lane_elem<ROWS>(tile, r0, c0, pa_mma_lane_b_kn()));
 }
 #else
@@ -245,16 +249,34 @@ template <int ROWS>
 PA_DEVICE int pa_tile_offset(int r, int c) {
     return r * PA_TILE_LD + c;
 }
-template <int ROWS>
+// The fragment loads below with REST > 0 read a split tile (float32 on NVIDIA's matrix units, pa_tile_split4): the
+// TF32 parts at tile, their rests REST elements further.
+template <int ROWS, int REST = 0>
 PA_DEVICE void pa_tile_load_a(pa_mma_a& a, const pa_elem* tile, int r0, int c0) {
+#if PA_MMA_TF32
+    if constexpr (REST > 0) {
+        pa_mma_load_a_parts(a, tile + pa_tile_offset<ROWS>(r0, c0), REST, PA_TILE_LD);
+        return;
+    }
+#else
+    static_assert(REST == 0, "split tiles are for float32 on NVIDIA's matrix units");
+#endif
     pa_mma_load_a(a, tile + pa_tile_offset<ROWS>(r0, c0), PA_TILE_LD);
 }
 template <int ROWS>
 PA_DEVICE void pa_tile_load_b_nk(pa_mma_b& b, const pa_elem* tile, int r0, int c0) {
     pa_mma_load_b_nk(b, tile + pa_tile_offset<ROWS>(r0, c0), PA_TILE_LD);
 }
-template <int ROWS>
+template <int ROWS, int REST = 0>
 PA_DEVICE void pa_tile_load_b_kn(pa_mma_b& b, const pa_elem* tile, int r0, int c0) {
+#if PA_MMA_TF32
+    if constexpr (REST > 0) {
+        pa_mma_load_b_kn_parts(b, tile + pa_tile_offset<ROWS>(r0, c0), REST, PA_TILE_LD);
+        return;
+    }
+#else
+    static_assert(REST == 0, "split tiles are for float32 on NVIDIA's matrix units");
+#endif
     pa_mma_load_b_kn(b, tile + pa_tile_offset<ROWS>(r0, c0), PA_TILE_LD);
 }
 #endif  // PA_TILE_SWIZZLED
@@ -263,7 +285,7 @@ PA_DEVICE int pa_wave_row(int mt) {
     return (pa_wave_id() / PA_KEY_WAVES * MT + mt) * PA_MMA_M;
 }
 
-template <int MT, int SN, int BM, int BN>
+template <int MT, int SN, int BM, int BN, int Q_REST = 0>
 PA_DEVICE void pa_tile_qk(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_elem* k_s, int k_row0 = 0) {
     pa_mma_c_zero(s);
 // Two head-dim steps at a time: unrolling all of them lets the fragment loads run ahead and spill in most kernels;
@@ -276,7 +298,7 @@ PA_DEVICE void pa_tile_qk(pa_mma_c (&s)[MT][SN], const pa_elem* q_s, const pa_el
     for (int k0 = 0; k0 < PA_HEAD_DIM; k0 += PA_MMA_K) {
         pa_mma_a a[MT];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) pa_tile_load_a<BM>(a[mt], q_s, pa_wave_row<MT>(mt), k0);
+        for (int mt = 0; mt < MT; ++mt) pa_tile_load_a<BM, Q_REST>(a[mt], q_s, pa_wave_row<MT>(mt), k0);
 #pragma unroll
         for (int j = 0; j < SN; j += PA_MMA_B_TILES) {
             pa_mma_b kb;

@@ -69,15 +69,17 @@ _NV_DKDV = rows(HALF, {
 # d = 96 / 128: 16-query tiles hold the whole head dim's dK and dV without a column split, so S and dP are computed
 # once: 1.3x (d = 96) and 1.5-1.6x (d = 128) the split tile's speed (d = 64 stays: 16-query tiles ran 0.88x there).
 # float32 unrolls Sᵀ's and dPᵀ's loops over the whole head dim (no spills): 1.07-1.08x at d = 32, 1.04-1.05x at
-# d = 64, 1.08-1.09x at d = 96, 1.08-1.10x at d = 128 (H200).
+# d = 64, 1.08-1.09x at d = 96, 1.08-1.10x at d = 128 (H200). At d = 32 and 64 it splits K and V into their TF32
+# parts once per block (two more tiles, still two blocks per SM): 1.05x and 1.07-1.11x (H200); at d = 96 and 128 the
+# tiles would leave one block per SM.
 _SM90_DKDV = _NV_DKDV | rows(HALF, {
     64: T(block_m=128, block_n=128, threads=256, stages=2, warpgroup_mma=True),
     96: T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
     128: T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
     256: T(block_m=32, block_n=128, threads=256, split=2, stages=2, warpgroup_mma=True),
 }) | rows(F32, {
-    32: T(block_m=32, block_n=64, threads=128, stages=2, qk_unroll_all=True),
-    64: T(block_m=32, block_n=64, threads=128, stages=2, qk_unroll_all=True),
+    32: T(block_m=32, block_n=64, threads=128, stages=2, qk_unroll_all=True, kv_split=True),
+    64: T(block_m=32, block_n=64, threads=128, stages=2, qk_unroll_all=True, kv_split=True),
     96: T(block_m=16, block_n=64, threads=128, stages=2, qk_unroll_all=True),
     128: T(block_m=16, block_n=64, threads=128, stages=2, qk_unroll_all=True),
 })
@@ -218,7 +220,8 @@ class BwdSpec(KernelSpec):
             return {}
         stages = {"PA_STAGES": t.stages, "PA_BLOCK_THREADS": self.block_threads} if self.stage == "dkdv" else {}
         wgmma = {"PA_MMA_WGMMA": 1} if t.warpgroup_mma else {}
-        return {"PA_SPLIT": t.split, "PA_MIN_BLOCKS": t.min_blocks} | stages | wgmma
+        kv_split = {"PA_KV_SPLIT": 1} if t.kv_split and self.stage == "dkdv" else {}
+        return {"PA_SPLIT": t.split, "PA_MIN_BLOCKS": t.min_blocks} | stages | wgmma | kv_split
 
     @property
     def block_threads(self) -> int:
@@ -228,12 +231,12 @@ class BwdSpec(KernelSpec):
 
     @property
     def smem_bytes(self) -> int:
-        """mma dkdv: K and V tiles, ``stages`` buffers of Q and dO tiles (rows padded by 16 bytes), the dS tile
-        [block_m][block_n + 16 bytes] and ``stages`` buffers of the LSE and delta rows (warpgroup MMA: unpadded swizzled
-        rows, a float32 dQ tile [block_m][head_dim + 8] with its two transaction barriers, two per buffer of the query
-        tiles and one for a packed sequence's last one, and slack to align the tiles to 1024 bytes); mma dq: Q, dO, K
-        and V tiles and the rows; simt: the four float32 tiles (rows padded by 4 floats), the P and dS tiles (rows
-        padded by one float) and the rows. prep: none."""
+        """mma dkdv: K and V tiles (with ``kv_split`` their rests too), ``stages`` buffers of Q and dO tiles (rows
+        padded by 16 bytes), the dS tile [block_m][block_n + 16 bytes] and ``stages`` buffers of the LSE and delta rows
+        (warpgroup MMA: unpadded swizzled rows, a float32 dQ tile [block_m][head_dim + 8] with its two transaction
+        barriers, two per buffer of the query tiles and one for a packed sequence's last one, and slack to align the
+        tiles to 1024 bytes); mma dq: Q, dO, K and V tiles and the rows; simt: the four float32 tiles (rows padded by 4
+        floats), the P and dS tiles (rows padded by one float) and the rows. prep: none."""
         t = self.tile
         if self.stage == "prep":
             return 0
@@ -248,7 +251,8 @@ class BwdSpec(KernelSpec):
             return size * tiles + 8 * t.stages * t.block_m + dq_tile + 1024 - 16
         row = self.head_dim + 16 // size
         if self.stage == "dkdv":
-            tiles = 2 * t.block_n * row + 2 * t.stages * t.block_m * row + t.block_m * (t.block_n + 16 // size)
+            kv_tiles = 4 if t.kv_split else 2  # K and V (and their rests)
+            tiles = kv_tiles * t.block_n * row + 2 * t.stages * t.block_m * row + t.block_m * (t.block_n + 16 // size)
             return size * tiles + 8 * t.stages * t.block_m
         return size * (2 * t.block_m * row + 2 * t.block_n * row) + 8 * t.block_m
 

@@ -50,6 +50,7 @@ class TileConfig:
     key_waves: int = 1  # decode: waves sharing the same query rows, each taking a slice of every key tile
     swizzled: bool = False  # decode, 16-bit mma.sync: shared tiles in the 128-byte swizzled layout (PA_TILE_SWIZZLED)
     qk_unroll_all: bool = False  # synchronous Q·Kᵀ tile products: the whole head dim's loop unrolled (PA_QK_UNROLL_ALL)
+    kv_split: bool = False  # backward dK/dV, float32 on mma.sync: K and V split into TF32 parts once (PA_KV_SPLIT)
 
     @property
     def options(self) -> list[str]:
@@ -59,7 +60,7 @@ class TileConfig:
                 + [f"{self.stages} stages"] * (self.stages > 1)
                 + [f"{self.q_stages} Q stages"] * (self.q_stages > 1)
                 + [f"{self.key_waves} key waves"] * (self.key_waves > 1)
-                + ["QK unrolled"] * self.qk_unroll_all)
+                + ["QK unrolled"] * self.qk_unroll_all + ["K, V split"] * self.kv_split)
 
 
 Rows = dict[tuple[str, int], TileConfig]

@@ -199,32 +199,40 @@ def test_nan_follows_reference(gen, needs_backward, dtype):
     assert max_rel(got[2], refs[2]) <= TOL[dtype]
 
 
-@pytest.mark.parametrize("d", [64, 128])
-def test_unrolled_score_loops_give_the_same_bits(gen, needs_backward, d):
-    """The float32 dK/dV kernel with the loops of Sᵀ and dPᵀ over the head dim unrolled whole (``qk_unroll_all``,
-    the sm_90 rows) and two steps at a time: the same gradients bit for bit (the products run in the same order),
-    and right. The operators are called in this thread, where tweak_variant applies."""
+@pytest.mark.parametrize("option,define,d", [("qk_unroll_all", "PA_QK_UNROLL_ALL", 64),
+                                             ("qk_unroll_all", "PA_QK_UNROLL_ALL", 128),
+                                             ("kv_split", "PA_KV_SPLIT", 32), ("kv_split", "PA_KV_SPLIT", 64)])
+def test_float32_tile_options_give_the_same_bits(gen, needs_backward, on_target, option, define, d):
+    """The float32 dK/dV kernel with and without a tile option of the sm_90 rows: ``qk_unroll_all`` (the loops of Sᵀ
+    and dPᵀ over the head dim unrolled whole, not two steps at a time) and ``kv_split`` (K and V split into their TF32
+    parts once per block, not on every load). The products run in the same order on the same bits, so the
+    deterministic gradients are equal bit for bit; both builds' gradients, deterministic and with dQ's atomic sums,
+    are right. The operators are called in this thread, where tweak_variant applies."""
     needs_backward(torch.float32, d)
+    if option == "kv_split" and (on_target.lanes != 32 or on_target.vendor != "cuda"):
+        pytest.skip("K and V are split into TF32 parts only for float32 on NVIDIA's mma.sync (32-lane warps)")
     q = rand(gen, torch.float32, 2, 4, 150, d)
     k, v = (rand(gen, torch.float32, 2, 2, 201, d) for _ in range(2))
     dout = rand(gen, torch.float32, 2, 4, 150, d)
     masks = attention_ops.NO_MASKS
     out, lse = torch.ops.portattn.attention(q, k, v, True, d ** -0.5, True, True, *masks)
-    grads, built = {}, set()
-    for unrolled in (False, True):
-        def tweak(spec, unrolled=unrolled):
-            if isinstance(spec, backward.BwdSpec) and spec.stage == "dkdv":
-                spec = replace(spec, tile=replace(spec.tile, qk_unroll_all=unrolled))
-                built.add(spec.defines.get("PA_QK_UNROLL_ALL", 0))
-            return spec
-        with tweak_variant(tweak):
-            grads[unrolled] = torch.ops.portattn.attention_backward(dout, q, k, v, out, lse, None, True, d ** -0.5,
-                                                                    True, *masks)
-    assert built == {0, 1}, "both builds reached the kernel"
-    assert all(torch.equal(a, b) for a, b in zip(grads[False], grads[True]))
     refs = reference_gradients(q, k, v, dout, True)
     largest = max(float(r.abs().max()) for r in refs)
-    assert all(max_rel(g, r, largest) <= TOL[torch.float32] for g, r in zip(grads[True], refs))
+    grads, built = {}, set()
+    for on in (False, True):
+        def tweak(spec, on=on):
+            if isinstance(spec, backward.BwdSpec) and spec.stage == "dkdv":
+                spec = replace(spec, tile=replace(spec.tile, **{option: on}))
+                built.add(spec.defines.get(define, 0))
+            return spec
+        with tweak_variant(tweak):
+            for deterministic in (True, False):
+                grads[on, deterministic] = torch.ops.portattn.attention_backward(
+                    dout, q, k, v, out, lse, None, True, d ** -0.5, deterministic, *masks)
+                assert all(max_rel(g, r, largest) <= TOL[torch.float32]
+                           for g, r in zip(grads[on, deterministic], refs)), (on, deterministic)
+    assert built == {0, 1}, "both builds reached the kernel"
+    assert all(torch.equal(a, b) for a, b in zip(grads[False, True], grads[True, True]))
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
