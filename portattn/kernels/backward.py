@@ -71,7 +71,7 @@ _NV_DKDV = rows(HALF, {
 # float32 unrolls Sᵀ's and dPᵀ's loops over the whole head dim (no spills): 1.07-1.08x at d = 32, 1.04-1.05x at
 # d = 64, 1.08-1.09x at d = 96, 1.08-1.10x at d = 128 (H200). At d = 32 and 64 it splits K and V into their TF32
 # parts once per block (two more tiles, still two blocks per SM): 1.05x and 1.07-1.11x (H200); at d = 96 and 128 the
-# tiles would leave one block per SM.
+# tiles leave one block per SM (0.73-0.76x).
 _SM90_DKDV = _NV_DKDV | rows(HALF, {
     64: T(block_m=128, block_n=128, threads=256, stages=2, warpgroup_mma=True),
     96: T(block_m=64, block_n=128, threads=256, stages=2, warpgroup_mma=True),
