@@ -195,6 +195,14 @@ class BwdSpec(KernelSpec):
 
     stage: str = "dkdv"
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.tile.kv_split and not (self.stage == "dkdv" and self.kernel == "mma" and self.tf32_split
+                                       and not self.tile.warpgroup_mma):
+            raise ValueError(f"kv_split (K and V split into TF32 parts) is for the float32 dK/dV kernel on NVIDIA's "
+                             f"mma.sync (3xTF32, 32-lane warps), not {self.kernel} {self.stage} {self.dtype} on "
+                             f"{self.lanes} lanes{' (warpgroup MMA)' if self.tile.warpgroup_mma else ''}")
+
     FILES = {
         ("mma", "prep"): ("flash_bwd_prep.cu", "pa_flash_bwd_prep"),
         ("mma", "dkdv"): ("flash_bwd_dkdv_mma.cu", "pa_flash_bwd_dkdv_mma"),
@@ -220,7 +228,7 @@ class BwdSpec(KernelSpec):
             return {}
         stages = {"PA_STAGES": t.stages, "PA_BLOCK_THREADS": self.block_threads} if self.stage == "dkdv" else {}
         wgmma = {"PA_MMA_WGMMA": 1} if t.warpgroup_mma else {}
-        kv_split = {"PA_KV_SPLIT": 1} if t.kv_split and self.stage == "dkdv" else {}
+        kv_split = {"PA_KV_SPLIT": 1} if t.kv_split else {}
         return {"PA_SPLIT": t.split, "PA_MIN_BLOCKS": t.min_blocks} | stages | wgmma | kv_split
 
     @property

@@ -145,11 +145,17 @@ class KernelSpec:
         return self.dtype == "float32" and self.kernel != "simt"
 
     @property
+    def tf32_split(self) -> bool:
+        """float32 as 3xTF32 (NVIDIA's matrix units, 32-lane warps): each float split into a TF32 part and a rest.
+        Matrix-unit kernels on 64-lane waves (AMD, and its emulation) take float32 on fp32 MFMA."""
+        return self.float32_on_matrix_units and self.lanes == 32
+
+    @property
     def ieee_infinities(self) -> bool:
-        """Whether infinite inputs give what IEEE arithmetic gives. Not for float32 on NVIDIA's matrix units:
-        3xTF32 splits x = inf into inf plus an inf - inf = NaN correction, so NaN appears where the exact result
-        is ±inf or finite."""
-        return not (self.float32_on_matrix_units and self.lanes == 32)
+        """Whether infinite inputs give what IEEE arithmetic gives. Not for 3xTF32 (``tf32_split``): it splits
+        x = inf into inf plus an inf - inf = NaN correction, so NaN appears where the exact result is ±inf or
+        finite."""
+        return not self.tf32_split
 
     @property
     def options(self) -> list[str]:

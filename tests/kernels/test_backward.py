@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import portattn
+from portattn.errors import UnsupportedTargetError
 from portattn.kernels import backward
 from portattn.kernels.variant import dtype_name
 from portattn.ops import attention as attention_ops
@@ -210,11 +211,13 @@ def test_float32_tile_options_give_the_same_bits(gen, needs_backward, on_target,
     are right. The operators are called in this thread, where tweak_variant applies."""
     needs_backward(torch.float32, d)
     if option == "kv_split":
-        if on_target.lanes != 32 or on_target.vendor != "cuda":
-            pytest.skip("K and V are split into TF32 parts only for float32 on NVIDIA's mma.sync (32-lane warps)")
         dkdv = backward.select(on_target, "float32", d).dkdv
-        if replace(dkdv, tile=replace(dkdv.tile, kv_split=True)).smem_bytes > on_target.smem_per_block:
-            pytest.skip(f"the split K and V tiles do not fit {on_target.arch}'s shared memory")
+        if not dkdv.tf32_split:
+            pytest.skip("K and V are split into TF32 parts only where float32 runs as 3xTF32")
+        try:
+            replace(dkdv, tile=replace(dkdv.tile, kv_split=True)).check_fits(on_target)
+        except UnsupportedTargetError as exc:
+            pytest.skip(str(exc))
     q = rand(gen, torch.float32, 2, 4, 150, d)
     k, v = (rand(gen, torch.float32, 2, 2, 201, d) for _ in range(2))
     dout = rand(gen, torch.float32, 2, 4, 150, d)
