@@ -5,8 +5,8 @@
 // warpgroup MMA tiles use its 128-byte swizzled layout (above: rows of PA_TILE_ROW_ELEMS elements) and start
 // 1024-byte aligned; mma.sync tiles built with PA_TILE_SWIZZLED (decode) take the same layout; otherwise rows are
 // padded by 16 bytes, which keeps the fragment loads free of bank conflicts.
-// float32 on the warpgroup MMA (TF32) reads split tiles: a tile of the operand rounded to TF32 (big) followed by one
-// of what that leaves (small), and V transposed (rows of PA_HEAD_DIM, keys along the row in the P·V key order of
+// float32 on the warpgroup MMA (TF32) reads split tiles: a tile of the operand's TF32 parts (big) followed by one
+// of what they leave (small), and V transposed (rows of PA_HEAD_DIM, keys along the row in the P·V key order of
 // pa_mma_tf32.cuh).
 //
 // A block's waves split its PA_BLOCK_M query rows into PA_MMA_M-row tiles, MT per wave; pa_wave_row<MT>(mt) is the

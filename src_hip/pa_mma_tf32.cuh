@@ -5,8 +5,8 @@
 
 #if defined(PA_VENDOR_CUDA)
 // ---- NVIDIA float32: 3xTF32 on mma.sync m16n8k8 ------------------------------------------------------------------
-// Each float x is split into big = tf32(x) and small = x - big (the unit reads TF32 from a float's upper 19 bits); a
-// product is small*big + big*small + big*big (small*small is below float32 rounding).
+// Each float x is split into a TF32 part big and the rest small = x - big (pa_tf32_split); a product is small*big +
+// big*small + big*big (small*small, within 2^-20 of the product, is left out).
 // Fragments (g = lane / 4, t = lane % 4):
 //   A 16x8: (g, t), (g+8, t), (g, t+4), (g+8, t+4)    B 8x8 (k x n): (k t, n g), (k t+4, n g)
 // For P·V the key order inside a k8 step is permuted: k = t holds key 2t and k = t + 4 key 2t + 1, so that the
@@ -21,15 +21,18 @@ struct pa_mma_b {  // two n tiles: registers 0..1 for n 0..7, 2..3 for n 8..15
     unsigned big[4], small[4];
 };
 
-// x rounded to TF32 (10 mantissa bits), to nearest with ties away from zero, as cvt.rna.tf32.f32 does for finite
-// x, in two full-rate integer instructions: half a TF32 unit added to the magnitude, the 13 low bits cleared.
-// The split is x - big in one more instruction. It guards nothing: a NaN x may round to ±0 or ±inf, but its small
-// part x - big is then the canonical NaN, which keeps every product NaN; x = ±inf gives small = inf - inf = NaN,
-// so infinite inputs give NaN where IEEE arithmetic gives ±inf or a finite value (KernelSpec.ieee_infinities).
+// The unit reads a float's upper 19 bits as TF32 (10 mantissa bits) and ignores the 13 low ones. x's big part keeps
+// its upper 9 mantissa bits and sets the 10th, the middle of the 9-bit step that holds x (one integer instruction);
+// the small part x - big (same exponent, exact in float32) then lies within half that step on either side (one
+// more). Against big rounded to the nearest TF32, which took one more instruction per float, the small part can be
+// twice as large, and the unit, which truncates it, leaves each product within about 2^-20 of its size instead of
+// 2^-21, as often above as below. An x below 2^-126 in size (0 among them) stands for at most 2^-126: the small
+// part's subtraction flushes it.
+// The split guards nothing: a NaN or infinite x gives a NaN big part and a NaN small part, which keep every product
+// NaN, so infinite inputs give NaN where IEEE arithmetic gives ±inf or a finite value (KernelSpec.ieee_infinities).
 // The guards cost the float32 backward a quarter of its time (H200).
-PA_DEVICE unsigned pa_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 PA_DEVICE void pa_tf32_split(float x, unsigned& big, unsigned& small) {
-    big = pa_tf32(x);
+    asm("lop3.b32 %0, %1, 0xffffc000, %2, 0xea;" : "=r"(big) : "r"(__float_as_uint(x)), "r"(0x2000u));
     small = __float_as_uint(x - __uint_as_float(big));
 }
 template <class F>
