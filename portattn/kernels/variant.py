@@ -153,8 +153,7 @@ class KernelSpec:
     @property
     def ieee_infinities(self) -> bool:
         """Whether infinite inputs give what IEEE arithmetic gives. Not for 3xTF32 (``tf32_split``): it splits
-        x = inf into inf plus an inf - inf = NaN correction, so NaN appears where the exact result is ±inf or
-        finite."""
+        x = ±inf into NaN parts, so NaN appears where the exact result is ±inf or finite."""
         return not self.tf32_split
 
     @property
