@@ -25,8 +25,10 @@ struct pa_mma_b {  // two n tiles: registers 0..1 for n 0..7, 2..3 for n 8..15
 // the small part x - big (same exponent, exact in float32) then lies within half that step on either side (one
 // more). Against big rounded to the nearest TF32, which took one more instruction per float, the small part can be
 // twice as large, and the unit, which truncates it, leaves each product within about 2^-20 of its size instead of
-// 2^-21, as often above as below. An x below 2^-126 in size (0 among them) stands for at most 2^-126: the small
-// part's subtraction flushes it.
+// 2^-21, as often above as below. The kernels build with fast math: a small part below 2^-126 is flushed to 0 (an x
+// below 2^-116 in size keeps only its big part), and an x of 0 has a big part of 2^-136.
+// One lop3 with the second constant in a register (written out: the compiler made two instructions of the and and
+// the or); in a kernel at the register limit that register can cost a spill (docs/benchmarks.md, resources).
 // The split guards nothing: a NaN or infinite x gives a NaN big part and a NaN small part, which keep every product
 // NaN, so infinite inputs give NaN where IEEE arithmetic gives ±inf or a finite value (KernelSpec.ieee_infinities).
 // The guards cost the float32 backward a quarter of its time (H200).
