@@ -28,7 +28,7 @@
 //
 // Defined by the host: PA_WARP_SIZE, PA_HEAD_DIM, PA_BLOCK_M, PA_BLOCK_N, PA_THREADS (the computing threads),
 // PA_BLOCK_THREADS (all of the block's), PA_SPLIT, PA_STAGES, PA_MIN_BLOCKS, PA_SMEM_BYTES, PA_BF16, PA_F32,
-// PA_MMA_WGMMA, PA_KV_SPLIT.
+// PA_MMA_WGMMA, PA_KV_SPLIT, PA_DQ_SINGLE.
 #include "pa_bwd.cuh"
 #if PA_MMA_WGMMA
 #include "pa_prelude_tma.cuh"
@@ -43,6 +43,12 @@
 #endif
 #if PA_KV_SPLIT && (!PA_MMA_TF32 || PA_MMA_WGMMA)
 #error "PA_KV_SPLIT is for float32 on NVIDIA's mma.sync"
+#endif
+#ifndef PA_DQ_SINGLE
+#define PA_DQ_SINGLE 0
+#endif
+#if PA_DQ_SINGLE && PA_MMA_WGMMA
+#error "PA_DQ_SINGLE is for mma.sync and MFMA"
 #endif
 
 namespace {
@@ -284,9 +290,10 @@ PA_DEVICE void sync_computing() { __syncthreads(); }
 // PA_MMA_B_TILES column tiles, spread over the waves, each added with float32 atomics. Where every wave has an even
 // number of units, it takes them two at a time, side by side (they share their dS fragments) or else one above the
 // other (they share their K fragments): half of one operand's loads, and two independent chains of products.
+// PA_DQ_SINGLE keeps them one at a time (fewer registers).
 constexpr int DQ_ROW_TILES = BM / PA_MMA_M;
 constexpr int DQ_COL_UNITS = OC / PA_MMA_B_TILES;
-constexpr bool DQ_PAIRS = DQ_ROW_TILES * DQ_COL_UNITS % (2 * WAVES) == 0;
+constexpr bool DQ_PAIRS = !PA_DQ_SINGLE && DQ_ROW_TILES * DQ_COL_UNITS % (2 * WAVES) == 0;
 constexpr int DQ_UC = DQ_PAIRS && DQ_COL_UNITS % 2 == 0 ? 2 : 1;  // column units of a wave's group
 constexpr int DQ_UR = DQ_PAIRS && DQ_UC == 1 ? 2 : 1;             // row tiles of a wave's group
 PA_DEVICE void add_dq(const pa_elem* ds_s, const pa_elem* k_s, float* dq, int m0, int rows, int c0) {

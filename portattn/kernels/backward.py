@@ -152,8 +152,10 @@ DQ_TILES: dict[str, Rows] = {
 # d = 32 / 64 need flat scratch with the score modifiers' registers (ROCm 5.2): 32-row tiles.
 _AMD_DKDV_EXT = rows(("bfloat16",), {d: T(block_m=32, block_n=64, threads=256) for d in (32, 64)})
 # On sm_90 the warpgroup MMA kernel at d = 128 spills with the score modifiers' registers: the mma.sync tile. Calls
-# without score modifiers (windows, packed sequences) take the warpgroup MMA rows in a build without them.
+# without score modifiers (windows, packed sequences) take the warpgroup MMA rows in a build without them. sm86's
+# 16-bit d = 128 tile takes dQ's units one at a time: in pairs it spills 112 bytes under NVRTC 13.0 (none under 13.5).
 DKDV_TILES_EXT: dict[str, Rows] = {
+    "sm86": rows(HALF, {128: replace(_NV_DKDV_SMALL_SMEM[("float16", 128)], dq_single=True)}),
     "sm90": rows(HALF, {128: _NV_DKDV[("float16", 128)]}),
     "cdna2": _AMD_DKDV_EXT, "cdna3": _AMD_DKDV_EXT, "cdna4": _AMD_DKDV_EXT,
 }
@@ -197,11 +199,15 @@ class BwdSpec(KernelSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.tile.kv_split and not (self.stage == "dkdv" and self.kernel == "mma" and self.tf32_split
-                                       and not self.tile.warpgroup_mma):
+        where = (f"{self.kernel} {self.stage} {self.dtype} on {self.lanes} lanes"
+                 + (" (warpgroup MMA)" if self.tile.warpgroup_mma else ""))
+        mma_dkdv = self.stage == "dkdv" and self.kernel == "mma" and not self.tile.warpgroup_mma
+        if self.tile.kv_split and not (mma_dkdv and self.tf32_split):
             raise ValueError(f"kv_split (K and V split into TF32 parts) is for the float32 dK/dV kernel on NVIDIA's "
-                             f"mma.sync (3xTF32, 32-lane warps), not {self.kernel} {self.stage} {self.dtype} on "
-                             f"{self.lanes} lanes{' (warpgroup MMA)' if self.tile.warpgroup_mma else ''}")
+                             f"mma.sync (3xTF32, 32-lane warps), not {where}")
+        if self.tile.dq_single and not mma_dkdv:
+            raise ValueError(f"dq_single (dQ's units one at a time) is for the dK/dV kernel on mma.sync or MFMA, not "
+                             f"{where}")
 
     FILES = {
         ("mma", "prep"): ("flash_bwd_prep.cu", "pa_flash_bwd_prep"),
@@ -229,7 +235,8 @@ class BwdSpec(KernelSpec):
         stages = {"PA_STAGES": t.stages, "PA_BLOCK_THREADS": self.block_threads} if self.stage == "dkdv" else {}
         wgmma = {"PA_MMA_WGMMA": 1} if t.warpgroup_mma else {}
         kv_split = {"PA_KV_SPLIT": 1} if t.kv_split else {}
-        return {"PA_SPLIT": t.split, "PA_MIN_BLOCKS": t.min_blocks} | stages | wgmma | kv_split
+        dq_single = {"PA_DQ_SINGLE": 1} if t.dq_single else {}
+        return {"PA_SPLIT": t.split, "PA_MIN_BLOCKS": t.min_blocks} | stages | wgmma | kv_split | dq_single
 
     @property
     def block_threads(self) -> int:

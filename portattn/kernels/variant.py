@@ -51,6 +51,7 @@ class TileConfig:
     swizzled: bool = False  # decode, 16-bit mma.sync: shared tiles in the 128-byte swizzled layout (PA_TILE_SWIZZLED)
     qk_unroll_all: bool = False  # synchronous Q·Kᵀ tile products: the whole head dim's loop unrolled (PA_QK_UNROLL_ALL)
     kv_split: bool = False  # backward dK/dV, float32 on mma.sync: K and V split into TF32 parts once (PA_KV_SPLIT)
+    dq_single: bool = False  # backward dK/dV, mma.sync and MFMA: dQ's units one at a time, not in pairs (PA_DQ_SINGLE)
 
     @property
     def options(self) -> list[str]:
@@ -60,7 +61,8 @@ class TileConfig:
                 + [f"{self.stages} stages"] * (self.stages > 1)
                 + [f"{self.q_stages} Q stages"] * (self.q_stages > 1)
                 + [f"{self.key_waves} key waves"] * (self.key_waves > 1)
-                + ["QK unrolled"] * self.qk_unroll_all + ["K, V split"] * self.kv_split)
+                + ["QK unrolled"] * self.qk_unroll_all + ["K, V split"] * self.kv_split
+                + ["dQ units single"] * self.dq_single)
 
 
 Rows = dict[tuple[str, int], TileConfig]

@@ -202,14 +202,18 @@ def test_nan_follows_reference(gen, needs_backward, dtype):
 
 @pytest.mark.parametrize("option,define,d", [("qk_unroll_all", "PA_QK_UNROLL_ALL", 64),
                                              ("qk_unroll_all", "PA_QK_UNROLL_ALL", 128),
-                                             ("kv_split", "PA_KV_SPLIT", 32), ("kv_split", "PA_KV_SPLIT", 64)])
+                                             ("kv_split", "PA_KV_SPLIT", 32), ("kv_split", "PA_KV_SPLIT", 64),
+                                             ("dq_single", "PA_DQ_SINGLE", 64)])
 def test_float32_tile_options_give_the_same_bits(gen, needs_backward, on_target, option, define, d):
-    """The float32 dK/dV kernel with and without a tile option of the sm_90 rows: ``qk_unroll_all`` (the loops of Sᵀ
-    and dPᵀ over the head dim unrolled whole, not two steps at a time) and ``kv_split`` (K and V split into their TF32
-    parts once per block, not on every load). The products run in the same order on the same bits, so the
-    deterministic gradients are equal bit for bit; both builds' gradients, deterministic and with dQ's atomic sums,
-    are right. The operators are called in this thread, where tweak_variant applies."""
+    """The float32 dK/dV kernel with and without a tile option: ``qk_unroll_all`` (the loops of Sᵀ and dPᵀ over the
+    head dim unrolled whole, not two steps at a time), ``kv_split`` (K and V split into their TF32 parts once per
+    block, not on every load) and ``dq_single`` (dQ's units one at a time, not in pairs). The products run in the same
+    order on the same bits, so the deterministic gradients are equal bit for bit; both builds' gradients,
+    deterministic and with dQ's atomic sums, are right. The operators are called in this thread, where tweak_variant
+    applies."""
     needs_backward(torch.float32, d)
+    if option == "dq_single" and backward.select(on_target, "float32", d).dkdv.kernel != "mma":
+        pytest.skip("dQ's units are paired only in the matrix-unit dK/dV kernel")
     if option == "kv_split":
         dkdv = backward.select(on_target, "float32", d).dkdv
         if not dkdv.tf32_split:

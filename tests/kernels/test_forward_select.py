@@ -160,6 +160,21 @@ def test_windows_and_packed_sequences_without_score_modifiers_take_the_hopper_ke
         replace(select(hopper, "float16", 64), score_mods=False)
 
 
+def test_backward_dq_units_one_at_a_time_only_where_asked_and_applicable():
+    """sm86's extended-mask dK/dV builds at 16-bit d = 128 take dQ's units one at a time (their build says so); the
+    plain builds pair them. A spec asking for that beyond the mma.sync / MFMA dK/dV kernel is refused."""
+    sm86, hopper = Target.for_arch("sm_86"), Target.for_arch("sm_90")
+    for dtype in ("float16", "bfloat16"):
+        ext = backward.select(sm86, dtype, 128, mask_ext=True).dkdv
+        assert ext.tile.dq_single and ext.defines["PA_DQ_SINGLE"] == 1 and "dQ units single" in ext.label
+        plain = backward.select(sm86, dtype, 128).dkdv
+        assert not plain.tile.dq_single and "PA_DQ_SINGLE" not in plain.defines
+    for spec in (backward.select(hopper, "bfloat16", 128).dkdv, backward.select(sm86, "float16", 128).dq,
+                 backward.select(sm86, "float32", 256).dkdv):
+        with pytest.raises(ValueError, match="dq_single"):
+            replace(spec, tile=replace(spec.tile, dq_single=True))
+
+
 def test_bulk_output_stores_go_with_two_q_buffers():
     """The warp-specialized kernel stores its output through the job's Q buffer (bulk tensor stores) exactly where
     it has two Q buffers or more and 16-bit inputs, and its build says so; d = 64 (up to 4095 rows without a mask)
