@@ -32,7 +32,7 @@ struct pa_mma_b {  // two n tiles: registers 0..1 for n 0..7, 2..3 for n 8..15
 // the or); in a kernel at the register limit that register can cost a spill (docs/benchmarks.md, resources).
 // The split guards nothing: a NaN or infinite x gives a NaN big part and a NaN small part, which keep every product
 // NaN, so infinite inputs give NaN where IEEE arithmetic gives ±inf or a finite value (KernelSpec.ieee_infinities).
-// The guards cost the float32 backward a quarter of its time (H200).
+// Guards for those inputs (a compare and a select each) cost the float32 backward a quarter of its time (H200).
 PA_DEVICE void pa_tf32_split(float x, unsigned& big, unsigned& small) {
     asm("lop3.b32 %0, %1, 0xffffc000, %2, 0xea;" : "=r"(big) : "r"(__float_as_uint(x)), "r"(0x2000u));
     small = __float_as_uint(x - __uint_as_float(big));

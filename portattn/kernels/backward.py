@@ -199,15 +199,16 @@ class BwdSpec(KernelSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        where = (f"{self.kernel} {self.stage} {self.dtype} on {self.lanes} lanes"
-                 + (" (warpgroup MMA)" if self.tile.warpgroup_mma else ""))
         mma_dkdv = self.stage == "dkdv" and self.kernel == "mma" and not self.tile.warpgroup_mma
         if self.tile.kv_split and not (mma_dkdv and self.tf32_split):
-            raise ValueError(f"kv_split (K and V split into TF32 parts) is for the float32 dK/dV kernel on NVIDIA's "
-                             f"mma.sync (3xTF32, 32-lane warps), not {where}")
-        if self.tile.dq_single and not mma_dkdv:
-            raise ValueError(f"dq_single (dQ's units one at a time) is for the dK/dV kernel on mma.sync or MFMA, not "
-                             f"{where}")
+            wrong = "kv_split (K and V split into TF32 parts) is for the float32 dK/dV kernel on NVIDIA's mma.sync " \
+                    "(3xTF32, 32-lane warps)"
+        elif self.tile.dq_single and not mma_dkdv:
+            wrong = "dq_single (dQ's units one at a time) is for the dK/dV kernel on mma.sync or MFMA"
+        else:
+            return
+        raise ValueError(f"{wrong}, not {self.kernel} {self.stage} {self.dtype} on {self.lanes} lanes"
+                         + (" (warpgroup MMA)" if self.tile.warpgroup_mma else ""))
 
     FILES = {
         ("mma", "prep"): ("flash_bwd_prep.cu", "pa_flash_bwd_prep"),
