@@ -10,9 +10,9 @@ import statistics
 
 import torch
 
-from portattn.compile import nvrtc
-from portattn.driver import cuda
-from portattn.sources import KernelSource
+from portattn.runtime import cuda_driver as cuda
+from portattn.runtime import nvrtc
+from portattn.runtime.sources import KernelSource
 
 CHAINS = 8  # independent accumulators per thread, enough to keep the unit busy
 
