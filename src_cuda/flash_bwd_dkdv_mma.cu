@@ -384,14 +384,22 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
     const PaMask& mask = seq.mask;
 
     // The query tiles of every head of the group, in order: tile t holds query rows tile_row(t) = m_first +
-    // (t % per_group) BM.. of head tile_head(t) = h_kv group + t / per_group. start_tile(t) starts copying tile t into
-    // buffer t % STAGES.
+    // (t % per_group) BM.. of head tile_head(t) = h_kv group + t / per_group. The computing threads step from one
+    // tile's head and rows to the next (next_tile), without the divisions. start_tile(t, h, m0) starts copying tile t
+    // (head h, rows m0..) into buffer t % STAGES.
     const int m_first = pa_mask_first_row(mask, n0) / BM * BM;
     const int m_end = min(seq.seqlen_q, pa_mask_rows_end(mask, n0, BN));
     const int per_group = m_first < m_end ? (m_end - m_first + BM - 1) / BM : 0;
     const int tiles = per_group * group;
     auto tile_head = [&](int t) { return h_kv * group + t / per_group; };
     auto tile_row = [&](int t) { return m_first + t % per_group * BM; };
+    auto next_tile = [&](int& h, int& m0) {
+        m0 += BM;
+        if (m0 >= m_first + per_group * BM) {
+            m0 = m_first;
+            ++h;
+        }
+    };
 #if PA_MMA_WGMMA
     if (threadIdx.x >= PA_THREADS) {  // the copying warp and the dQ writers
         pa_regs_dec<WRITER_REGS>();
@@ -421,8 +429,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
                     p.v_sn, seq.seqlen_k - n0);
     // Starts copying query tile t into buffer t % STAGES: its LSE and delta rows, and (without the copying warp) its
     // Q and dO rows.
-    auto start_tile = [&](int t) {
-        const int h = tile_head(t), m0 = tile_row(t), buf = t % STAGES;
+    auto start_tile = [&](int t, int h, int m0) {
+        const int buf = t % STAGES;
 #if !PA_MMA_WGMMA
         const PaTileLoader<BM> q_loader;
         q_loader.start(q_s + buf * QT,
@@ -448,7 +456,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
             pa_async_copy4(delta_s + buf * BM + i, ok ? p.delta + row + i : p.delta, ok);
         }
     };
-    if (tiles > 0) start_tile(0);
+    if (tiles > 0) start_tile(0, h_kv * group, m_first);
     pa_async_commit();
 
 #if PA_KV_SPLIT
@@ -466,12 +474,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
     pa_mma_c_zero(dk);
     pa_mma_c_zero(dv);
 
-    for (int t = 0; t < tiles; ++t) {
-        const int h = tile_head(t), m0 = tile_row(t), buf = t % STAGES;
+    for (int t = 0, h = h_kv * group, m0 = m_first; t < tiles; ++t) {
+        const int buf = t % STAGES;
+        int h_next = h, m0_next = m0;
+        next_tile(h_next, m0_next);
         pa_async_wait<0>();
         sync_computing();  // tile t has landed; every wave is done with tile t - 1 (its buffers and the dS tile)
         if (STAGES == 2 && t + 1 < tiles) {
-            start_tile(t + 1);
+            start_tile(t + 1, h_next, m0_next);
             pa_async_commit();
         }
 #if PA_MMA_WGMMA
@@ -524,9 +534,11 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
 #endif
         if (STAGES == 1 && t + 1 < tiles) {
             sync_computing();  // every wave is done with the one buffer
-            start_tile(t + 1);
+            start_tile(t + 1, h_next, m0_next);
             pa_async_commit();
         }
+        h = h_next;
+        m0 = m0_next;
     }
     pa_async_wait<0>();  // K and V of a block that no query sees
 
