@@ -1,4 +1,6 @@
 """The scripts under scripts/ import only what the package has (read from their import statements; nothing runs)."""
+from __future__ import annotations
+
 import ast
 import importlib
 from pathlib import Path
