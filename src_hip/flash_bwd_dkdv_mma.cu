@@ -384,16 +384,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
     if (n0 >= seq.seqlen_k) return;  // past the end of a shorter sequence
     const PaMask& mask = seq.mask;
 
-    // The query tiles of every head of the group, in order: tile t holds query rows tile_row(t) = m_first +
-    // (t % per_group) BM.. of head tile_head(t) = h_kv group + t / per_group. The computing threads step from one
-    // tile's head and rows to the next (next_tile), without the divisions. start_tile(t, h, m0) starts copying tile t
-    // (head h, rows m0..) into buffer t % STAGES.
+    // The query tiles of every head of the group, in order: tile t holds query rows m_first + (t % per_group) BM.. of
+    // head h_kv group + t / per_group. The computing threads step from one tile's head and rows to the next
+    // (next_tile), without divisions; the copying warp and the dQ writers (warpgroup MMA) work them out from t
+    // (tile_head, tile_row). start_tile(t, h, m0) starts copying tile t (head h, rows m0..) into buffer t % STAGES.
     const int m_first = pa_mask_first_row(mask, n0) / BM * BM;
     const int m_end = min(seq.seqlen_q, pa_mask_rows_end(mask, n0, BN));
     const int per_group = m_first < m_end ? (m_end - m_first + BM - 1) / BM : 0;
     const int tiles = per_group * group;
-    auto tile_head = [&](int t) { return h_kv * group + t / per_group; };
-    auto tile_row = [&](int t) { return m_first + t % per_group * BM; };
     auto next_tile = [&](int& h, int& m0) {
         m0 += BM;
         if (m0 >= m_first + per_group * BM) {
@@ -403,6 +401,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, PA_MIN_BLOCKS)
     };
 #if PA_MMA_WGMMA
     if (threadIdx.x >= PA_THREADS) {  // the copying warp and the dQ writers
+        auto tile_head = [&](int t) { return h_kv * group + t / per_group; };
+        auto tile_row = [&](int t) { return m_first + t % per_group * BM; };
         pa_regs_dec<WRITER_REGS>();
         if (threadIdx.x < PA_THREADS + PA_WARP_SIZE)
             copy_query_tiles(p, q_s, do_s, q_full, q_empty, q_landed, tiles, p.cu_seqlens_q != nullptr ? 0 : b,

@@ -212,10 +212,10 @@ def test_float32_tile_options_give_the_same_bits(gen, needs_backward, on_target,
     deterministic and with dQ's atomic sums, are right. The operators are called in this thread, where tweak_variant
     applies."""
     needs_backward(torch.float32, d)
-    if option == "dq_single" and backward.select(on_target, "float32", d).dkdv.kernel != "mma":
+    dkdv = backward.select(on_target, "float32", d).dkdv
+    if option == "dq_single" and dkdv.kernel != "mma":
         pytest.skip("dQ's units are paired only in the matrix-unit dK/dV kernel")
     if option == "kv_split":
-        dkdv = backward.select(on_target, "float32", d).dkdv
         if not dkdv.tf32_split:
             pytest.skip("K and V are split into TF32 parts only where float32 runs as 3xTF32")
         try:
